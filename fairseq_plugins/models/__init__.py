@@ -1,0 +1,7 @@
+"""Imports every module of this folder so that fairseq's register_* decorators run."""
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,137 @@
+"""The one task of the plugin: ``--task fast_translation``.
+
+A :class:`fairseq.tasks.translation.TranslationTask` with
+
+* target-order options for training (SPEC §1): the target side of every batch is reordered into
+  the order's generation sequence (head-tail folding, interleaving, multi-segment, ...), with the
+  positions, direction ids and the M(h,c) mask the model needs.  References stay in natural order,
+  so ``fairseq-generate`` scores as usual.
+* decoding options for ``fairseq-generate`` (SPEC §2): a reordered model decodes with the
+  step-wise multi-word beam search; ``--drafter`` switches to the draft-and-verify engine.
+  ``build_generator`` picks the generator from them; with neither, fairseq's own generator runs.
+"""
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+ORDERS = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
+DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
+ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp")
+
+
+class FastTranslationOptionError(ValueError):
+    """Inconsistent options: the message says what is wrong and how to fix it."""
+
+
+@dataclass
+class FastTranslationConfig(TranslationConfig):
+    # ---- generation order (training and decoding), SPEC §1 ----
+    target_order: str = field(default="l2r", metadata={"help": "generation order: " + ", ".join(ORDERS)})
+    directions: int = field(
+        default=0, metadata={"help": "h, generation directions (0: the order's own: 1 l2r/r2l, 2 head_tail/"
+                             "interleave, 4 multi_segment)"})
+    tokens_per_direction: int = field(default=1, metadata={"help": "c, tokens per direction per step (SA)"})
+    vanilla_mask: bool = field(default=False, metadata={"help": "ablation: M(1,1) instead of M(h,c)"})
+    vanilla_positions: bool = field(default=False, metadata={"help": "ablation: positions 0..n-1 (Eq. 5)"})
+    middle_to_side: bool = field(default=False, metadata={"help": "ablation: generate from the middle out"})
+    independent_directions: bool = field(
+        default=False, metadata={"help": "ablation: no attention across directions"})
+    double_topk: bool = field(
+        default=False, metadata={"help": "Imamura & Sumita's DOUBLETOPK (2W left, 3W pairs) for h=2, c=1"})
+    # ---- draft and verify, SPEC §2 ----
+    drafter: Optional[str] = field(
+        default=None, metadata={"help": "draft-and-verify drafter: " + ", ".join(DRAFTERS) +
+                                " ('none' = greedy through the engine); unset = fairseq's own generator"})
+    acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ", ".join(ACCEPTANCES)})
+    block_size: int = field(default=5, metadata={"help": "k, draft tokens verified per model call"})
+    acceptance_topk: int = field(default=2, metadata={"help": "topk acceptance: accept a draft token in the "
+                                                      "verifier's top-N (Stern 5.1)"})
+    min_block_size: int = field(default=2, metadata={"help": "min_block acceptance: l (Stern 5.3)"})
+    gad_beta: int = field(default=5, metadata={"help": "GAD++ top-beta (Eq. 8)"})
+    gad_tau: float = field(default=3.0, metadata={"help": "GAD++ log-prob gap tau (Eq. 9)"})
+    copy_ngram: int = field(default=2, metadata={"help": "IAD: q, n-gram used to re-anchor in the source"})
+    jacobi_length: str = field(
+        default="max", metadata={"help": "PJ/PGJ target length: 'max' (max_len_a*src+max_len_b, no oracle) "
+                                 "or 'greedy_oracle' (taken from a greedy pre-run, reported and timed as such)"})
+    drafter_path: Optional[str] = field(default=None, metadata={"help": "checkpoint of a drafter model (GAD)"})
+
+
+@register_task("fast_translation", dataclass=FastTranslationConfig)
+class FastTranslationTask(TranslationTask):
+    cfg: FastTranslationConfig
+
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        validate_options(cfg)
+
+    # ---- training: reorder the target side ----
+    @property
+    def order(self):
+        """The generation order of this task (fairseq_plugins.orders), or None for plain l2r."""
+        from fairseq_plugins.orders import order_from_config
+
+        return order_from_config(self.cfg)
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        order = self.order
+        if order is not None:
+            from fairseq_plugins.data.reordered_dataset import ReorderedLanguagePairDataset
+
+            self.datasets[split] = ReorderedLanguagePairDataset(self.datasets[split], order)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint=from_checkpoint)
+        check_model_matches_task(model, self.cfg)
+        return model
+
+    # ---- decoding: pick the generator ----
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
+        for model in models:
+            check_model_matches_task(model, self.cfg)
+        if self.cfg.drafter is not None:
+            from fairseq_plugins.decoding.engine import build_draft_verify_generator
+
+            return build_draft_verify_generator(self, models, args)
+        if self.order is not None:
+            from fairseq_plugins.decoding.multi_token_beam import build_multi_token_generator
+
+            return build_multi_token_generator(self, models, args)
+        return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+
+
+def validate_options(cfg):
+    """Clear errors for flag combinations that cannot work (SPEC: say what is wrong, how to fix it)."""
+    if cfg.target_order not in ORDERS:
+        raise FastTranslationOptionError(
+            f"--target-order {cfg.target_order!r} is unknown; choose one of {', '.join(ORDERS)}")
+    if cfg.drafter is not None and cfg.drafter not in DRAFTERS:
+        raise FastTranslationOptionError(f"--drafter {cfg.drafter!r} is unknown; choose one of {', '.join(DRAFTERS)}")
+    if cfg.acceptance not in ACCEPTANCES:
+        raise FastTranslationOptionError(
+            f"--acceptance {cfg.acceptance!r} is unknown; choose one of {', '.join(ACCEPTANCES)}")
+    if cfg.block_size < 1:
+        raise FastTranslationOptionError(f"--block-size must be >= 1 (got {cfg.block_size})")
+    if cfg.tokens_per_direction < 1:
+        raise FastTranslationOptionError(f"--tokens-per-direction must be >= 1 (got {cfg.tokens_per_direction})")
+    if cfg.drafter is not None and (cfg.target_order != "l2r" or cfg.tokens_per_direction != 1):
+        raise FastTranslationOptionError(
+            "--drafter verifies drafts with an ordinary left-to-right model; drop --target-order/"
+            "--tokens-per-direction (they select the multi-token beam search instead)")
+    if cfg.jacobi_length not in ("max", "greedy_oracle"):
+        raise FastTranslationOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
+
+
+def check_model_matches_task(model, cfg):
+    """A model trained with one order cannot be decoded with another (its positions/mask differ)."""
+    from fairseq_plugins.orders import order_signature_of_config, order_signature_of_model
+
+    trained = order_signature_of_model(model)
+    wanted = order_signature_of_config(cfg)
+    if trained is not None and trained != wanted:
+        raise FastTranslationOptionError(
+            f"the checkpoint was trained with order {trained} but this run asks for {wanted}; pass the "
+            "training run's --target-order/--directions/--tokens-per-direction (and ablation flags) to "
+            "fairseq-generate")
