@@ -4,7 +4,9 @@ tiny transformer, built once per test session (about a minute and a half on 2 co
 Tests that need a *trained* model (lossless-vs-greedy checks want varied, non-degenerate outputs)
 use ``tiny_model``; tests of shapes and formulas build random models in-process instead.
 """
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,19 +47,45 @@ TINY_TRAIN_ARGS = [
 ]
 
 
+CORPUS_ARGS = ["--pair", "en-de", "--test-size", "120", "--valid-size", "60", "--vocab-size", "1000"]
+
+
+def _cached(name, key_parts, build):
+    """Build into a cache folder keyed by everything the result depends on (the builder's source,
+    its arguments, the fairseq version), so repeated test sessions on one machine reuse it.
+    ``FAST_DECODING_TEST_CACHE`` moves the cache; a fresh machine simply builds it once."""
+    import fairseq
+
+    h = hashlib.sha1(repr((key_parts, fairseq.__version__)).encode())
+    for f in (REPO / "scripts" / "build_message_corpus.py", Path(__file__)):
+        h.update(f.read_bytes())
+    root = Path(os.environ.get("FAST_DECODING_TEST_CACHE", Path.home() / ".cache" / "fast-decoding-tests"))
+    folder = root / f"{name}-{h.hexdigest()[:12]}"
+    if not (folder / "DONE").exists():
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        build(tmp)
+        (tmp / "DONE").write_text("ok\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
-def tiny_corpus(tmp_path_factory):
+def tiny_corpus():
     """en-de message corpus: small test/valid splits, 1000-piece joint sentencepiece, binarized."""
-    out = tmp_path_factory.mktemp("corpus") / "en-de"
-    run([sys.executable, str(REPO / "scripts" / "build_message_corpus.py"), "--pair", "en-de",
-         "--out", str(out), "--test-size", "120", "--valid-size", "60", "--vocab-size", "1000"])
-    return out
+    def build(out):
+        run([sys.executable, str(REPO / "scripts" / "build_message_corpus.py"), "--out", str(out)] + CORPUS_ARGS)
+
+    return _cached("corpus", CORPUS_ARGS, build)
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tiny_corpus, tmp_path_factory):
+def tiny_model(tiny_corpus):
     """A 2+2-layer d=64 transformer trained for 300 updates on the tiny corpus (stock fairseq model)."""
-    save = tmp_path_factory.mktemp("ckpt")
-    run([fairseq_cli("fairseq-train"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR,
-         "--task", "fast_translation", "--save-dir", str(save), "--max-update", "300"] + TINY_TRAIN_ARGS)
-    return save / "checkpoint_best.pt"
+    def build(save):
+        run([fairseq_cli("fairseq-train"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR,
+             "--task", "fast_translation", "--save-dir", str(save), "--max-update", "300"] + TINY_TRAIN_ARGS)
+
+    return _cached("model", [str(tiny_corpus)] + TINY_TRAIN_ARGS, build) / "checkpoint_best.pt"
