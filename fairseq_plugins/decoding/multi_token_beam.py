@@ -205,8 +205,9 @@ class MultiTokenBeamSearch:
         for seg in range(S):
             keep = room // S + (1 if seg < room % S else 0)
             if keep < w:
+                eos_lp = lprobs[:, :, seg * w + keep, self.eos].clone()  # kept, as fairseq keeps it
                 lprobs[:, :, seg * w + keep, :] = -math.inf
-                lprobs[:, :, seg * w + keep, self.eos] = 0.0
+                lprobs[:, :, seg * w + keep, self.eos] = eos_lp
         return lprobs
 
     def _kept_in_group(self, group_tokens):
