@@ -243,3 +243,10 @@ def test_cli_train_and_generate_interleave(tiny_corpus, tmp_path):
         run([fairseq_cli("fairseq-generate"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR,
              "--task", "fast_translation", "--target-order", "head_tail", "--path", str(save / "checkpoint_last.pt"),
              "--cpu", "--gen-subset", "test"])
+    # scripts/pmi.py (Eq. 13) runs through fairseq's loading/batching on the reordered checkpoint
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import pmi
+
+    ckpt = str(save / "checkpoint_last.pt")
+    result = pmi.main([str(tiny_corpus / "bin"), "--model", ckpt, "--base", ckpt, "--cpu"])
+    assert math.isfinite(result["model"]["ppl"]) and result["model"]["ppl"] > 1 and result["pmi"] == 0.0
