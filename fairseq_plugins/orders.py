@@ -1,15 +1,258 @@
-"""Generation orders (SPEC §1). Placeholder until the orders issue lands: only plain l2r."""
+"""Generation orders (SPEC §1): how a target sentence is laid out for a multi-token decoder.
+
+One class, :class:`GenerationOrder`, covers every order of the two papers:
+
+=================  ===============================================================================
+``l2r``            y1..yn; c>1 is semi-autoregressive SA (Wang et al. 2018; IBDecoder Table 2 #6)
+``r2l``            yn..y1; c>1 is Imamura & Sumita's "double-token R2L"
+``head_tail``      Imamura & Sumita 3.2: L1 R1 L2 R2 ..., learned positional embedding, M(2,1)
+``interleave``     IBDecoder Eq. 6-8: y1 yn y2 yn-1 ..., signed sinusoidal positions Eq. 7, M(2,c)
+                   (c>1 is IBDecoder+SA, Eq. 12)
+``multi_segment``  IMDecoder Eq. 9-11: h/2 near-equal segments, each interleaved, step k takes the
+                   k-th pair of every segment; positions (step, direction) Eq. 10, M(h,1)
+=================  ===============================================================================
+
+The layout is described by three numbers and one per-segment permutation: the natural target is
+cut into ``S`` segments (1, or h/2 for multi_segment); every segment is permuted (identity,
+reversed, folded ``y1 yL y2 yL-1 ...``, or the fold reversed for the middle-to-side ablation) and
+padded with end markers; each decoding step takes ``w = z/S`` tokens from every segment in turn.
+
+End markers.  The end-of-decoding token EOD of both papers is the dictionary's EOS (``</s>``): no
+symbol is added, so checkpoints and the joined dictionary stay those of stock fairseq, and the
+decoder's start symbols are EOS too (fairseq's convention; IBDecoder footnote 3 shifts by z).
+Every segment is padded with EOS up to ``m*w`` tokens, ``m = floor(L_min/w) + 1`` steps, L_min the
+shortest segment: the first step holding an EOS is the last one, and every segment fits
+(for S=1 the length is ceil((n+1)/z)*z; for h=2,c=1 that is Imamura's "one or two EODs").
+Restoring cuts at the first step whose group holds an end marker; inside that group each
+segment keeps only its tokens before its first end marker (the rest of the group is dropped).
+"""
+from functools import lru_cache
+
+import torch
+
+ORDER_NAMES = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
+EOS = 2  # fairseq Dictionary's eos index; pass the dictionary's own eos where it differs
+DEFAULT_DIRECTIONS = {"l2r": 1, "r2l": 1, "head_tail": 2, "interleave": 2, "multi_segment": 4}
+ABLATIONS = ("vanilla_mask", "vanilla_positions", "middle_to_side", "independent_directions")
+
+
+class OrderError(ValueError):
+    """Inconsistent order options: the message says what is wrong and how to fix it."""
+
+
+class GenerationOrder:
+    """reorder / restore / positions / directions / mask (Eq. 4) of one generation order.
+
+    ``positions`` are the paper's values before any embedding offset; ``position_embedding`` says
+    how the model embeds them: ``sinusoidal`` (signed allowed, Eq. 7) or ``learned`` (Imamura).
+    ``direction_embedding`` is True when the model adds a learned direction embedding (Eq. 10).
+    """
+
+    def __init__(self, name, directions=None, tokens_per_direction=1, vanilla_mask=False,
+                 vanilla_positions=False, middle_to_side=False, independent_directions=False):
+        if name not in ORDER_NAMES:
+            raise OrderError(f"unknown target order {name!r}; choose one of {', '.join(ORDER_NAMES)}")
+        h = DEFAULT_DIRECTIONS[name] if not directions else int(directions)
+        c = int(tokens_per_direction)
+        if c < 1:
+            raise OrderError(f"--tokens-per-direction must be >= 1 (got {c})")
+        if name in ("l2r", "r2l") and h != 1:
+            raise OrderError(f"--target-order {name} has one direction; drop --directions {h} "
+                             "(or use --target-order multi_segment for several directions)")
+        if name in ("head_tail", "interleave") and h != 2:
+            raise OrderError(f"--target-order {name} has exactly two directions (got --directions {h}); "
+                             "for more directions use --target-order multi_segment --directions 4")
+        if name == "multi_segment" and (h < 2 or h % 2):
+            raise OrderError(f"--target-order multi_segment needs an even --directions >= 2 (got {h}): "
+                             "each of the h/2 segments is decoded from both ends (IMDecoder Eq. 9)")
+        if middle_to_side and name not in ("head_tail", "interleave", "multi_segment"):
+            raise OrderError("--middle-to-side reverses a bidirectional order; use it with "
+                             "--target-order interleave (IBDecoder Table 2 #4)")
+        self.name, self.h, self.c, self.z = name, h, c, h * c
+        self.vanilla_mask, self.vanilla_positions = bool(vanilla_mask), bool(vanilla_positions)
+        self.middle_to_side, self.independent_directions = bool(middle_to_side), bool(independent_directions)
+        self.bidirectional = name in ("head_tail", "interleave", "multi_segment")
+        self.segments = h // 2 if name == "multi_segment" else 1
+        self.width = self.z // self.segments  # tokens each segment contributes per step
+        self.position_embedding = "learned" if name == "head_tail" else "sinusoidal"
+        self.direction_embedding = name == "multi_segment"
+
+    # ---- identity ----
+    @property
+    def signature(self):
+        """A string naming everything a trained model depends on (checked at decode time)."""
+        flags = [a for a in ABLATIONS if getattr(self, a)]
+        return f"{self.name}(h={self.h},c={self.c}{''.join(',' + f for f in flags)})"
+
+    @property
+    def is_plain_l2r(self):
+        return self.signature == "l2r(h=1,c=1)"
+
+    def __repr__(self):
+        return f"GenerationOrder<{self.signature}>"
+
+    # ---- layout ----
+    def _segment_permutation(self, length):
+        """Natural indices of one segment in generation order."""
+        natural = list(range(length))
+        if not self.bidirectional:
+            return natural[::-1] if self.name == "r2l" else natural
+        fold = []  # y1 yL y2 yL-1 ... (IBDecoder Eq. 6, Imamura's fold)
+        for k in range((length + 1) // 2):
+            fold.append(k)
+            if length - 1 - k != k:
+                fold.append(length - 1 - k)
+        return fold[::-1] if self.middle_to_side else fold
+
+    def _segment_lengths(self, n):
+        """IMDecoder's h/2 near-equal segments (Eq. 9); the first ones take the remainder."""
+        s = self.segments
+        return [n // s + (1 if i < n % s else 0) for i in range(s)]
+
+    @lru_cache(maxsize=4096)
+    def gather_index(self, n):
+        """Generation-order layout for n natural tokens: a natural index per slot, -1 for EOS."""
+        lengths = self._segment_lengths(n)
+        steps = lengths[-1] // self.width + 1  # the shortest segment ends in the last step
+        starts = [sum(lengths[:i]) for i in range(self.segments)]
+        padded = []
+        for start, length in zip(starts, lengths):
+            seg = [start + i for i in self._segment_permutation(length)]
+            padded.append(seg + [-1] * (steps * self.width - len(seg)))
+        w = self.width
+        return tuple(idx for k in range(steps) for seg in padded for idx in seg[k * w:(k + 1) * w])
+
+    def positions(self, length, offset=0):
+        """Positions of slots offset..offset+length-1 (0-based slot t, paper's t = slot+1)."""
+        t = torch.arange(offset, offset + length)
+        if self.vanilla_positions or self.name in ("l2r", "r2l", "head_tail"):
+            return t  # Eq. 5: T_t = t-1 (head_tail: index of the learned embedding)
+        if self.name == "multi_segment":
+            return torch.div(t, self.z, rounding_mode="floor")  # Eq. 10, first part: decoding step
+        ceil_half = torch.div(t + 2, 2, rounding_mode="floor")  # ceil((slot+1)/2)
+        return torch.where(t % 2 == 0, ceil_half, -ceil_half)  # Eq. 7: (-1)^(t-1) * ceil(t/2)
+
+    def directions(self, length, offset=0):
+        """Direction id of every slot (Eq. 10, second part; 0 = left-to-right)."""
+        t = torch.arange(offset, offset + length)
+        segment = torch.div(t % self.z, self.width, rounding_mode="floor")
+        if not self.bidirectional:
+            return segment
+        return 2 * segment + (t % self.width) % 2  # the fold alternates L, R inside a segment
+
+    def reorder(self, tokens, eos=EOS):
+        """Natural target ids WITHOUT the final EOS -> (tokens, positions, directions), all in
+        generation order, end markers included, length a multiple of z."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        index = torch.tensor(self.gather_index(len(tokens)), dtype=torch.long)
+        out = torch.full(index.shape, eos, dtype=torch.long)
+        keep = index >= 0
+        out[keep] = tokens[index[keep]]
+        return out, self.positions(len(out)), self.directions(len(out))
+
+    def kept_slots(self, generated, eos=EOS):
+        """Slots of a generated sequence that survive restoring, as a list of slot indices."""
+        generated = torch.as_tensor(generated).tolist()
+        is_end = [tok == eos for tok in generated]
+        final_step = None
+        for slot, end in enumerate(is_end):
+            if end:
+                final_step = slot // self.z
+                break
+        kept = []
+        for slot in range(len(generated)):
+            step, seg_start = slot // self.z, slot - slot % self.width
+            if final_step is not None and step > final_step:
+                break
+            if final_step is not None and step == final_step and any(is_end[seg_start:slot + 1]):
+                continue  # at or after the segment's first end marker in the final group
+            kept.append(slot)
+        return kept
+
+    def restore_index(self, generated, eos=EOS):
+        """Slot indices of a generated sequence in natural order (end markers dropped)."""
+        kept = self.kept_slots(generated, eos)
+        per_segment = [[] for _ in range(self.segments)]
+        for slot in kept:
+            per_segment[(slot % self.z) // self.width].append(slot)
+        natural = []
+        for slots in per_segment:
+            perm = self._segment_permutation(len(slots))
+            seg = [None] * len(slots)
+            for gen_pos, nat_pos in enumerate(perm):
+                seg[nat_pos] = slots[gen_pos]
+            natural.extend(seg)
+        return natural
+
+    def restore(self, generated, eos=EOS):
+        """Generation order (end markers and trailing tokens allowed) -> natural order, no markers."""
+        generated = torch.as_tensor(generated, dtype=torch.long)
+        return generated[torch.tensor(self.restore_index(generated, eos), dtype=torch.long)]
+
+    # ---- attention ----
+    def allowed(self, length):
+        """Boolean matrix: query slot i may attend decoder-input slot j (Eq. 4 and ablations)."""
+        t = torch.arange(length)
+        if self.vanilla_mask:
+            ok = t[:, None] >= t[None, :]  # M(1,1), Table 2 #2
+        else:
+            step = torch.div(t, self.z, rounding_mode="floor")  # ceil(i/(h*c)) - 1, 0-based
+            ok = step[:, None] >= step[None, :]  # Eq. 4
+        if self.independent_directions:  # Table 2 #5: no attention across directions
+            d = self.directions(length)
+            ok = ok & (d[:, None] == d[None, :])
+        return ok
+
+    def mask(self, length):
+        """The float 0/-inf self-attention mask M(h,c) of Eq. 4 (with the order's ablations)."""
+        return torch.zeros(length, length).masked_fill(~self.allowed(length), float("-inf"))
+
+    def incremental_mask(self, past, new):
+        """Rows past..past+new of the mask (new queries over past+new keys); None if all allowed."""
+        allowed = self.allowed(past + new)[past:]
+        if bool(allowed.all()):
+            return None
+        return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+
+    def __hash__(self):
+        return hash(self.signature)
+
+    def __eq__(self, other):
+        return isinstance(other, GenerationOrder) and other.signature == self.signature
+
+
+def get_order(name, directions=None, tokens_per_direction=1, **ablations):
+    """The order object of SPEC §1 (``directions=None`` or 0: the order's own h)."""
+    unknown = set(ablations) - set(ABLATIONS)
+    if unknown:
+        raise OrderError(f"unknown order option(s) {sorted(unknown)}; known: {', '.join(ABLATIONS)}")
+    return _cached_order(name, directions or None, tokens_per_direction,
+                         tuple(bool(ablations.get(a, False)) for a in ABLATIONS))
+
+
+@lru_cache(maxsize=None)
+def _cached_order(name, directions, tokens_per_direction, flags):
+    return GenerationOrder(name, directions, tokens_per_direction, **dict(zip(ABLATIONS, flags)))
 
 
 def order_from_config(cfg):
-    if cfg.target_order == "l2r" and cfg.tokens_per_direction == 1 and cfg.directions in (0, 1):
-        return None
-    raise NotImplementedError("target orders other than l2r are not implemented yet")
+    """The order of a task/model config, or None for plain l2r (h=1, c=1, no ablations)."""
+    order = get_order(getattr(cfg, "target_order", "l2r") or "l2r", getattr(cfg, "directions", 0) or None,
+                      getattr(cfg, "tokens_per_direction", 1) or 1,
+                      **{a: getattr(cfg, a, False) for a in ABLATIONS})
+    return None if order.is_plain_l2r else order
 
 
 def order_signature_of_config(cfg):
-    return None if order_from_config(cfg) is None else cfg.target_order
+    order = order_from_config(cfg)
+    return None if order is None else order.signature
 
 
 def order_signature_of_model(model):
-    return getattr(getattr(model, "cfg", None), "target_order_signature", None)
+    """The order a model was trained with; None for plain l2r (every stock fairseq model)."""
+    order = getattr(model, "generation_order", None)
+    return None if order is None or order.is_plain_l2r else order.signature
+
+
+__all__ = ["GenerationOrder", "OrderError", "get_order", "order_from_config", "order_signature_of_config",
+           "order_signature_of_model", "ORDER_NAMES", "ABLATIONS", "EOS"]

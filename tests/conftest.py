@@ -29,7 +29,8 @@ def fairseq_cli(name):
 
 
 def run(cmd, **kw):
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""))  # fairseq-* of this venv for scripts
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
     if proc.returncode != 0:
         raise AssertionError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")

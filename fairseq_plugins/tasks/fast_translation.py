@@ -101,6 +101,13 @@ class FastTranslationTask(TranslationTask):
             return build_multi_token_generator(self, models, args)
         return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
 
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        hypos = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
+                                       constraints=constraints)
+        if "natural_target" in sample:  # reordered batches: fairseq-generate prints/scores sample["target"]
+            sample["target"] = sample["natural_target"]
+        return hypos
+
 
 def validate_options(cfg):
     """Clear errors for flag combinations that cannot work (SPEC: say what is wrong, how to fix it)."""
@@ -122,16 +129,31 @@ def validate_options(cfg):
             "--tokens-per-direction (they select the multi-token beam search instead)")
     if cfg.jacobi_length not in ("max", "greedy_oracle"):
         raise FastTranslationOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
+    from fairseq_plugins.orders import OrderError, order_from_config
+
+    try:
+        order = order_from_config(cfg)
+    except OrderError as err:
+        raise FastTranslationOptionError(str(err)) from None
+    if cfg.double_topk and (order is None or order.h != 2 or order.c != 1):
+        raise FastTranslationOptionError(
+            "--double-topk is Imamura & Sumita's search for two directions, one token each: use it with "
+            "--target-order head_tail or interleave and --tokens-per-direction 1")
 
 
 def check_model_matches_task(model, cfg):
     """A model trained with one order cannot be decoded with another (its positions/mask differ)."""
     from fairseq_plugins.orders import order_signature_of_config, order_signature_of_model
 
-    trained = order_signature_of_model(model)
+    trained = order_signature_of_model(model)  # None: plain l2r, e.g. any stock fairseq model
     wanted = order_signature_of_config(cfg)
-    if trained is not None and trained != wanted:
+    if trained != wanted:
+        plain = "plain left-to-right (h=1, c=1)"
+        if trained is None and getattr(model, "generation_order", None) is None:
+            raise FastTranslationOptionError(
+                f"--target-order options ask for {wanted}, but the model ({type(model).__name__}) is a {plain} "
+                "transformer without order positions/mask; train with --arch reordered_transformer_tiny/base/big, "
+                "or drop --target-order/--directions/--tokens-per-direction and the ablation flags")
         raise FastTranslationOptionError(
-            f"the checkpoint was trained with order {trained} but this run asks for {wanted}; pass the "
-            "training run's --target-order/--directions/--tokens-per-direction (and ablation flags) to "
-            "fairseq-generate")
+            f"the checkpoint was trained with order {trained or plain} but this run asks for {wanted or plain}; "
+            "pass the training run's --target-order/--directions/--tokens-per-direction (and ablation flags)")

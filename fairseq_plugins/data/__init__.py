@@ -1,0 +1,1 @@
+"""Dataset wrappers (target reordering for multi-token decoders)."""

@@ -1,0 +1,1 @@
+"""Sequence generators picked by ``FastTranslationTask.build_generator``."""
