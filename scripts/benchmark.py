@@ -22,7 +22,7 @@ Speed: ``seconds`` is the mean time of one timed pass (``seconds_min`` its minim
 ``speed_ratio`` = baseline seconds / row seconds, where the baseline is the row marked
 ``"baseline": true`` with the same batch size and beam (or beam 1 when it has no such beam),
 measured in the same run.  ``model_calls`` are decoder invocations over the whole test set
-(the generator's own count where it keeps one, else a forward hook on the decoder);
+(the generator's own count where it keeps one, else a forward hook on the decoder's first layer);
 ``mean_accepted`` is tokens accepted per draft-verify iteration.
 
 Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out``.
@@ -103,7 +103,7 @@ class Corpus:
 
 
 class FairseqRunner:
-    def __init__(self, corpus, checkpoint, row_args, beam, batch_size, device, fp16, threads):
+    def __init__(self, corpus, checkpoint, row_args, beam, batch_size, device, fp16, threads, max_len=(0.0, 200)):
         import torch
         from fairseq import checkpoint_utils, options, tasks, utils
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -112,7 +112,8 @@ class FairseqRunner:
 
         argv = [str(corpus.bin), "--path", str(checkpoint), "--user-dir", str(PLUGIN_DIR),
                 "--gen-subset", corpus.subset, "--beam", str(beam), "--batch-size", str(batch_size),
-                "--required-batch-size-multiple", "1", "--source-lang", corpus.src, "--target-lang", corpus.tgt]
+                "--required-batch-size-multiple", "1", "--source-lang", corpus.src, "--target-lang", corpus.tgt,
+                "--max-len-a", str(max_len[0]), "--max-len-b", str(max_len[1])]
         argv += shlex.split(row_args)
         if device == "cpu":
             argv.append("--cpu")
@@ -146,7 +147,10 @@ class FairseqRunner:
         self.batches = [utils.move_to_cuda(b) if device != "cpu" else b for b in itr]
         self.tgt_dict = self.task.target_dictionary
         self.calls = 0
-        self._hook = models[0].decoder.register_forward_hook(lambda *a: self._count())
+        # fairseq's EnsembleModel calls decoder.forward() directly (no hooks fire), but every decoder
+        # pass, of any generator, runs its first layer through __call__: count those.
+        first = models[0].decoder.layers[0] if hasattr(models[0].decoder, "layers") else models[0].decoder
+        self._hook = first.register_forward_hook(lambda *a: self._count())
 
     def _count(self):
         self.calls += 1
@@ -206,7 +210,7 @@ def convert_to_ctranslate2(checkpoint, corpus, out_dir):
 
 
 class CTranslate2Runner:
-    def __init__(self, corpus, checkpoint, beam, batch_size, device, threads, work_dir):
+    def __init__(self, corpus, checkpoint, beam, batch_size, device, threads, work_dir, max_len=(0.0, 200)):
         import ctranslate2
         from fairseq.data import Dictionary, data_utils
 
@@ -214,7 +218,7 @@ class CTranslate2Runner:
 
         model_dir = convert_to_ctranslate2(checkpoint, corpus, Path(work_dir) / (Path(checkpoint).parent.name + "_ct2"))
         self.translator = ctranslate2.Translator(str(model_dir), device=device, inter_threads=1, intra_threads=threads)
-        self.beam, self.device = beam, device
+        self.beam, self.device, self.max_len = beam, device, max_len
         src_dict = Dictionary.load(str(corpus.bin / f"dict.{corpus.src}.txt"))
         self.tgt_dict = Dictionary.load(str(corpus.bin / f"dict.{corpus.tgt}.txt"))
         data = data_utils.load_indexed_dataset(str(corpus.bin / f"{corpus.subset}.{corpus.src}-{corpus.tgt}.{corpus.src}"), src_dict)
@@ -228,8 +232,10 @@ class CTranslate2Runner:
     def decode(self, batches):
         out = {}
         for batch in batches:
-            results = self.translator.translate_batch([s for _, s in batch], beam_size=self.beam,
-                                                      max_batch_size=len(batch))
+            longest = max(len(s) for _, s in batch) + 1  # fairseq's max_len counts the source EOS
+            results = self.translator.translate_batch(
+                [s for _, s in batch], beam_size=self.beam, max_batch_size=len(batch),
+                max_decoding_length=int(self.max_len[0] * longest + self.max_len[1]))
             for (sid, _), r in zip(batch, results):
                 out[sid] = [self.tgt_dict.index(t) for t in r.hypotheses[0]] + [self.tgt_dict.eos()]
         return out
@@ -304,7 +310,7 @@ def _n_sentences(batches):
 
 
 def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, timed_sentences=0,
-                  device="cpu", fp16=False, threads=None, log=print):
+                  device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200)):
     """Run every row; returns the list of result dicts (also written to ``out``)."""
     import torch
 
@@ -322,9 +328,9 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         backend = row.get("backend", "fairseq")
         log(f"[bench {n}/{len(plan)}] {row['method']} | beam {beam} | batch {bs}", flush=True)
         if backend == "ctranslate2":
-            runner = CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out)
+            runner = CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len)
         else:
-            runner = FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads)
+            runner = FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len)
         # one full pass for quality, calls and acceptance (all sentences, none dropped)
         runner.reset_stats()
         tokens = runner.decode(runner.batches)
@@ -362,6 +368,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             if stats.get("iterations") else None,
             "identical_to_greedy": identical, "device": device, "dtype": "fp16" if fp16 else "fp32",
             "threads": threads, "backend": backend, "baseline": bool(row.get("baseline")),
+            "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
         for k in ("length_oracle", "oracle_seconds"):
             if k in stats:
@@ -448,13 +455,16 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's)")
+    ap.add_argument("--max-len-a", type=float, default=1.2, help="every row: output length <= a*src_len + b")
+    ap.add_argument("--max-len-b", type=int, default=10)
     args = ap.parse_args(argv)
     rows = json.loads(Path(args.rows).read_text())
     if args.only:
         rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
     try:
         results = run_benchmark(rows, args.data, args.checkpoints, args.out, args.batch_sizes, args.runs,
-                                args.timed_sentences, args.device, args.fp16, args.threads)
+                                args.timed_sentences, args.device, args.fp16, args.threads,
+                                max_len=(args.max_len_a, args.max_len_b))
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))

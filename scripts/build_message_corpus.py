@@ -162,7 +162,7 @@ def train_sentencepiece(out, splits, langs, vocab_size):
         input=str(joint), model_prefix=str(out / "spm"), vocab_size=vocab_size,
         character_coverage=0.9995, model_type="unigram", input_sentence_size=2_000_000,
         shuffle_input_sentence=True, seed_sentencepiece_size=200_000, num_threads=2,
-        bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2,
+        bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2, hard_vocab_limit=False,
     )
     joint.unlink()
     sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))

@@ -2,7 +2,7 @@
 # The offline demo, end to end on a fresh machine:
 #   set up .venv -> build the message-catalog corpora -> train the small models -> decode the
 #   test set with every method side by side -> print the comparison table.
-# Knobs (environment): DEMO_UPDATES (training updates per model, default 800), DEMO_TIMED (sentences
+# Knobs (environment): DEMO_UPDATES (training updates per model, default 1000), DEMO_TIMED (sentences
 # timed per row and batch size, default 100; BLEU always covers the whole test set), DEMO_RUNS (timed
 # runs, default 5), DEMO_DIR (work folder, default work/demo).  Finished steps are skipped on re-runs.
 set -euo pipefail
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-UPDATES=${DEMO_UPDATES:-800}
+UPDATES=${DEMO_UPDATES:-1000}
 TIMED=${DEMO_TIMED:-100}
 RUNS=${DEMO_RUNS:-5}
 DIR=${DEMO_DIR:-work/demo}
@@ -25,19 +25,8 @@ for pair in en-de pt_PT-pt_BR; do
   fi
 done
 
-train() {  # train NAME CONFIG CORPUS
-  local name=$1 config=$2 corpus=$3
-  if [ ! -f "$DIR/checkpoints/$name/checkpoint_best.pt" ]; then
-    say "training $name ($config, $UPDATES updates)"
-    scripts/train.sh "$config" "$DIR/data/$corpus/bin" "$DIR/checkpoints/$name" --max-update "$UPDATES" \
-      | grep --line-buffered -E "train_inner|valid on|done training" | sed -u 's/^.*| INFO | //' || true
-    [ -f "$DIR/checkpoints/$name/checkpoint_best.pt" ] || { echo "error: training $name failed: see $DIR/checkpoints/$name/train.log" >&2; exit 1; }
-  fi
-}
-# name -> config, corpus: every model the benchmark rows refer to
-while read -r name config corpus; do
-  [ -n "$name" ] && train "$name" "$config" "$corpus"
-done < configs/demo_models.txt
+say "training the models of configs/demo_models.txt ($UPDATES updates each)"
+scripts/train_models.sh configs/demo_models.txt "$DIR/data" "$DIR/checkpoints" "$UPDATES"
 
 say "benchmark: every method on the en-de test set (batch 1 and 32)"
 python scripts/benchmark.py --rows configs/benchmark/demo.json --data "$DIR/data/en-de" \
