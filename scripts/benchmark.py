@@ -20,7 +20,8 @@ identical-to-greedy fraction, then times a warm-up and ``--runs`` passes over th
 Speed: ``seconds`` is the mean time of one timed pass (``seconds_min`` its minimum),
 ``tokens_per_s`` counts generated target tokens including EOS (fairseq-generate's count),
 ``speed_ratio`` = baseline seconds / row seconds, where the baseline is the row marked
-``"baseline": true`` with the same batch size and beam (or beam 1 when it has no such beam),
+``"baseline": true`` on the same corpus with the same batch size and beam (or beam 1 when it has
+no such beam),
 measured in the same run.  ``model_calls`` are decoder invocations over the whole test set
 (the generator's own count where it keeps one, else a forward hook on the decoder's first layer);
 ``mean_accepted`` is tokens accepted per draft-verify iteration.
@@ -358,7 +359,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         mean = statistics.mean(times)
         result = {
             "method": row["method"], "config": row.get("args", backend).strip() or backend,
-            "model": row.get("model", str(ckpt)), "batch_size": bs, "beam": beam,
+            "model": row.get("model", str(ckpt)), "corpus": corpus.folder.name, "batch_size": bs, "beam": beam,
             "bleu": bleu, "sacrebleu_signature": signature, "sentences": n_sent,
             "timed_sentences": _n_sentences(timed), "runs": runs,
             "seconds": round(mean, 4), "seconds_min": round(min(times), 4),
@@ -383,18 +384,18 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
 
 
 def add_speed_ratios(results):
-    base = {(r["batch_size"], r["beam"]): r for r in results if r["baseline"]}
+    base = {(r["corpus"], r["batch_size"], r["beam"]): r for r in results if r["baseline"]}
     for r in results:
-        b = base.get((r["batch_size"], r["beam"])) or base.get((r["batch_size"], 1))
+        b = base.get((r["corpus"], r["batch_size"], r["beam"])) or base.get((r["corpus"], r["batch_size"], 1))
         if b and b["timed_sentences"] == r["timed_sentences"]:
             r["speed_ratio"] = round(b["seconds"] / r["seconds"], 3)
             r["ratio_vs"] = f"{b['method']} (beam {b['beam']}, batch {b['batch_size']})"
 
 
 def markdown_table(results):
-    cols = ["method", "beam", "batch_size", "bleu", "tokens_per_s", "speed_ratio", "model_calls",
+    cols = ["method", "corpus", "beam", "batch_size", "bleu", "tokens_per_s", "speed_ratio", "model_calls",
             "mean_accepted", "identical_to_greedy"]
-    head = ["method", "beam", "batch", "BLEU", "tok/s", "speed ×", "model calls", "mean accepted", "identical"]
+    head = ["method", "corpus", "beam", "batch", "BLEU", "tok/s", "speed ×", "model calls", "mean accepted", "identical"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         cells = []
