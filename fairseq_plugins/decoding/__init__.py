@@ -1,0 +1,8 @@
+"""Decoding algorithms of the plugin (SPEC §2).
+
+``engine``      the draft-and-verify loop (one loop; drafters and acceptance rules plug in)
+``verifier``    one incremental call of a stock fairseq transformer over k new tokens
+``cache``       per-row KV-cache bookkeeping on fairseq's incremental state (cut back, drop rows)
+``acceptance``  exact / topk / min_block / gad_pp
+``drafters``    none, jacobi (PJ, PGJ, HGJ), input_copy (IAD); blockwise / nar later
+"""
