@@ -14,6 +14,10 @@ MAX_LEN_B = 40
 def load(corpus, checkpoint):
     from fairseq import checkpoint_utils
 
+    # one intra-op thread: the tiny model gains nothing from more, and on a shared 2-core machine
+    # two threads per op spin against other jobs and slow the tests down several times
+    torch.set_num_threads(1)
+
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides={"data": str(corpus / "bin")})
     for m in models:
