@@ -1,1 +1,9 @@
-"""Sequence generators picked by ``FastTranslationTask.build_generator``."""
+"""Decoding algorithms of the plugin (SPEC §2), picked by ``FastTranslationTask.build_generator``.
+
+``multi_token_beam``  step-wise multi-word beam search for models trained in a generation order
+``engine``      the draft-and-verify loop (one loop; drafters and acceptance rules plug in)
+``verifier``    one incremental call of a stock fairseq transformer over k new tokens
+``cache``       per-row KV-cache bookkeeping on fairseq's incremental state (cut back, drop rows)
+``acceptance``  exact / topk / min_block / gad_pp
+``drafters``    none, jacobi (PJ, PGJ, HGJ), input_copy (IAD); blockwise / nar later
+"""

@@ -1,0 +1,120 @@
+"""Acceptance rules: how many draft tokens a verification call accepts (SPEC §2).
+
+Every rule gets, for ``B`` rows and a draft of ``K`` tokens (PAD = "no draft token here"):
+
+* ``draft``   ``(B, K)`` the proposed tokens ``d_1..d_K``;
+* ``lprobs``  ``(B, K + 1, V)`` the verifier's log-probabilities, ``lprobs[:, i]`` for the token
+  at draft slot ``i`` (slot ``K`` is the one after the draft), after fairseq's greedy
+  constraints (PAD, min/max length) have set forbidden tokens to ``-inf``;
+* ``top``     ``(B, K + 1)`` the verifier's own choice ``argmax lprobs``.
+
+and returns ``n`` ``(B,)``: the length of the accepted draft prefix.  The engine then appends the
+verifier's own token ``top[:, n]`` at the bifurcation.  A draft token with ``-inf`` log-prob (PAD,
+EOS before the minimum length, anything but EOS at the maximum length) is never accepted, by any
+rule, so the relaxed rules still respect fairseq's length constraints.
+"""
+import torch
+from torch import Tensor
+
+
+def prefix_length(ok: Tensor) -> Tensor:
+    """Length of the all-True prefix of each row of a ``(B, K)`` bool tensor."""
+    if ok.size(1) == 0:
+        return ok.new_zeros(ok.size(0), dtype=torch.long)
+    return ok.long().cumprod(dim=1).sum(dim=1)
+
+
+def draft_log_probs(draft: Tensor, lprobs: Tensor) -> Tensor:
+    return lprobs[:, : draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
+
+
+class AcceptanceRule:
+    name = "base"
+    lossless = False
+
+    def __call__(self, draft: Tensor, lprobs: Tensor, top: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+class Exact(AcceptanceRule):
+    """Top-1 match (Stern et al. 2018 §3 "verify"; GAD Eq. 7): output identical to greedy."""
+
+    name = "exact"
+    lossless = True
+
+    def __call__(self, draft, lprobs, top):
+        return prefix_length(draft == top[:, : draft.size(1)])
+
+
+class TopK(AcceptanceRule):
+    """Stern et al. 2018 §5.1: accept ``d_i`` if it lies in the verifier's top-N (``--acceptance-topk``)."""
+
+    name = "topk"
+
+    def __init__(self, n: int):
+        if n < 1:
+            raise ValueError(f"--acceptance-topk must be >= 1 (got {n})")
+        self.n = n
+
+    def __call__(self, draft, lprobs, top):
+        k = draft.size(1)
+        n = min(self.n, lprobs.size(-1))
+        best = lprobs[:, :k].topk(n, dim=-1).indices  # (B, K, N)
+        ok = (best == draft.unsqueeze(2)).any(dim=2) & torch.isfinite(draft_log_probs(draft, lprobs))
+        return prefix_length(ok)
+
+
+class MinBlock(AcceptanceRule):
+    """Stern et al. 2018 §5.3: at least ``l`` (``--min-block-size``) tokens are added per step.
+
+    Choice (the paper leaves it open for a separate drafter): the verifier's own token at the
+    bifurcation counts as one of the ``l``, so at least ``l - 1`` draft tokens are accepted, as far
+    as the draft has admissible (finite log-prob) tokens; beyond that the exact rule applies.
+    """
+
+    name = "min_block"
+
+    def __init__(self, l: int):
+        if l < 1:
+            raise ValueError(f"--min-block-size must be >= 1 (got {l})")
+        self.l = l
+
+    def __call__(self, draft, lprobs, top):
+        exact = prefix_length(draft == top[:, : draft.size(1)])
+        admissible = prefix_length(torch.isfinite(draft_log_probs(draft, lprobs)))
+        forced = admissible.clamp(max=self.l - 1)
+        return torch.maximum(exact, forced)
+
+
+class GADPlusPlus(AcceptanceRule):
+    """GAD++ (Xia et al., Eq. 8-9): ``log P(d_i) >= log P(top-beta-th)`` and ``log P(top-1) - log P(d_i) <= tau``."""
+
+    name = "gad_pp"
+
+    def __init__(self, beta: int, tau: float):
+        if beta < 1:
+            raise ValueError(f"--gad-beta must be >= 1 (got {beta})")
+        if tau < 0:
+            raise ValueError(f"--gad-tau must be >= 0 (got {tau})")
+        self.beta, self.tau = beta, float(tau)
+
+    def __call__(self, draft, lprobs, top):
+        k = draft.size(1)
+        beta = min(self.beta, lprobs.size(-1))
+        best = lprobs[:, :k].topk(beta, dim=-1).values  # (B, K, beta), sorted
+        lp = draft_log_probs(draft, lprobs)
+        ok = (lp >= best[..., -1]) & (best[..., 0] - lp <= self.tau) & torch.isfinite(lp)  # Eq. 8 & Eq. 9
+        return prefix_length(ok)
+
+
+def build_acceptance(cfg) -> AcceptanceRule:
+    name = cfg.acceptance
+    if name == "exact":
+        return Exact()
+    if name == "topk":
+        return TopK(cfg.acceptance_topk)
+    if name == "min_block":
+        return MinBlock(cfg.min_block_size)
+    if name == "gad_pp":
+        return GADPlusPlus(cfg.gad_beta, cfg.gad_tau)
+    raise ValueError(f"--acceptance {name!r} is unknown; choose exact, topk, min_block or gad_pp")

@@ -1,0 +1,116 @@
+"""Drafters: propose up to k tokens per row for the verifier (SPEC §2).
+
+The interface is small, so that adding a drafter never touches the engine:
+
+* ``begin(ctx)``           once per batch (:class:`DraftContext`: sources, lengths, special ids);
+* ``propose(out, n_gen)``  ``(B, K)`` draft tokens for the rows' current prefixes (``out[b, 0]``
+  is BOS, ``out[b, 1 : n_gen[b] + 1]`` the tokens generated so far); PAD marks "no draft token"
+  (never accepted: the verifier gives PAD ``-inf``), ``K = 0`` is a plain greedy step;
+* ``observe(step)``        what the verifier said (:class:`StepResult`);
+* ``select_rows(rows)``    rows were dropped from the batch (finished sentences);
+* ``max_draft(max_len)``   an upper bound of ``K`` (buffer sizes).
+
+``needs_target_length``: PJ/PGJ need the target length (``--jacobi-length``); the engine then
+passes ``ctx.target_length`` (``max`` or a greedy pre-run, reported as such).
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import Tensor
+
+
+class DrafterNotAvailableError(ValueError):
+    """The drafter needs something this run does not have (a trained drafter model, heads)."""
+
+
+@dataclass
+class DraftContext:
+    src_tokens: Tensor            # (B, S) fairseq layout (left-padded by default), ends with EOS
+    src_lengths: Tensor           # (B,)
+    max_len: int                  # fairseq's max_len: steps 0..max_len (EOS forced at max_len)
+    width: int                    # width of the engine's ``out`` buffer
+    target_length: Optional[Tensor]  # (B,) tokens incl. EOS, for drafters with needs_target_length
+    bos: int
+    eos: int
+    pad: int
+
+
+@dataclass
+class StepResult:
+    draft: Tensor        # (B, K) what was proposed
+    top: Tensor          # (B, K+1) the verifier's argmax at every fed position
+    top_lprob: Tensor    # (B, K+1) its log-probability
+    accepted: Tensor     # (B,) accepted draft tokens
+    count: Tensor        # (B,) tokens appended to the output (accepted + the verifier's, cut at EOS)
+    n_before: Tensor     # (B,) tokens generated before this step
+    out: Tensor          # (B, W) the output buffer after this step
+
+
+class Drafter:
+    name = "base"
+    needs_target_length = False
+
+    def begin(self, ctx: DraftContext) -> None:
+        self.ctx = ctx
+
+    def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def observe(self, step: StepResult) -> None:
+        pass
+
+    def select_rows(self, rows: Tensor) -> None:
+        pass
+
+    def max_draft(self, max_len: int) -> int:
+        raise NotImplementedError
+
+
+class NoDraft(Drafter):
+    """``--drafter none``: no draft, one verifier token per call (greedy through the engine)."""
+
+    name = "none"
+
+    def propose(self, out, n_gen):
+        return out.new_empty((out.size(0), 0))
+
+    def max_draft(self, max_len):
+        return 0
+
+
+def _unavailable(what):
+    def factory(cfg, task):
+        raise DrafterNotAvailableError(
+            f"--drafter {cfg.drafter}: not available yet: needs {what}. Use --drafter none, jacobi_pj, "
+            "jacobi_pgj, jacobi_hgj or input_copy meanwhile.")
+    return factory
+
+
+def _jacobi(cfg, task):
+    from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
+
+    return JacobiDrafter.from_config(cfg)
+
+
+def _input_copy(cfg, task):
+    from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
+
+    return InputCopyDrafter.from_config(cfg, task)
+
+
+#: name -> factory(cfg, task); a new drafter registers here and nowhere else.
+DRAFTERS = {
+    "none": lambda cfg, task: NoDraft(),
+    "jacobi_pj": _jacobi,
+    "jacobi_pgj": _jacobi,
+    "jacobi_hgj": _jacobi,
+    "input_copy": _input_copy,
+    "blockwise": _unavailable("a model with blockwise heads (Stern §6)"),
+    "nar": _unavailable("a NAR drafter checkpoint passed with --drafter-path (GAD §3.2.1)"),
+}
+
+
+def build_drafter(cfg, task) -> Drafter:
+    if cfg.drafter not in DRAFTERS:
+        raise ValueError(f"--drafter {cfg.drafter!r} is unknown; choose one of {', '.join(DRAFTERS)}")
+    return DRAFTERS[cfg.drafter](cfg, task)

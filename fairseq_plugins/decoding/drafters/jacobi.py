@@ -1,0 +1,98 @@
+"""Jacobi decoding as a drafter (Santilli et al. 2023, "Accelerating Transformer Inference for
+Translation via Parallel Decoding", §3, Alg. 1-3).
+
+Jacobi iteration on the triangular system of Eq. (4): the block's tokens are initialised with
+PAD (INITT, §3.3), every iteration re-predicts all of them in parallel from the previous
+iteration's values, ``y^k = argmax p(y | y^{k-1}, x)``, until the block stops changing (STOPC,
+Eq. 5).  In draft-and-verify terms the *previous iteration's output is the next draft*: the
+drafter keeps the current iterate ``y^k`` per row and the verifier call is the Jacobi update.
+With the ``exact`` rule the accepted prefix is exactly the part of the block that has reached its
+fixed point, plus the verifier's token after it (Prop. 1: at least one new token per iteration;
+the result equals greedy decoding).
+
+Block layout (the draft of a call covers the unfinished part of the current block):
+
+* ``jacobi_pj``  (Alg. 1): one block, the whole target of length ``m``.
+* ``jacobi_pgj`` (Alg. 2): blocks of ``b`` = ``--block-size`` output positions ``[jb, (j+1)b)``;
+  the verifier's token after a fixed block is the Gauss-Seidel step into the next one.
+* ``jacobi_hgj`` (Alg. 3): PGJ blocks up to ``h`` positions, then autoregressive until EOS.
+  ``h`` = fairseq's maximum length (``max_len_a * src + max_len_b``), the paper's own setting
+  (§4: "we set [h] equal to the maximum"); no target length is needed, EOS inside a block stops.
+
+PJ and PGJ need the target length ``m`` (``--jacobi-length``): ``max`` uses the same maximum
+length as HGJ (so PGJ-max and HGJ coincide), ``greedy_oracle`` takes the length of a greedy
+pre-run that the engine performs, counts and times (``stats['length_oracle']``).
+
+Choice (paper leaves it open): the verifier's prediction one position past the block is kept as
+the next block's first guess instead of PAD; it costs nothing and keeps the output identical.
+"""
+import torch
+
+from fairseq_plugins.decoding.drafters import Drafter, StepResult
+
+
+class JacobiDrafter(Drafter):
+    def __init__(self, variant: str, block_size: int, record: bool = False):
+        if variant not in ("pj", "pgj", "hgj"):
+            raise ValueError(f"unknown Jacobi variant {variant!r}")
+        if block_size < 1:
+            raise ValueError(f"--block-size must be >= 1 (got {block_size})")
+        self.variant = variant
+        self.name = "jacobi_" + variant
+        self.block = block_size
+        self.needs_target_length = variant in ("pj", "pgj")
+        self.record = record  # keep every iterate (DDGviz)
+        self.history = []
+
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg.drafter.split("_", 1)[1], cfg.block_size)
+
+    def max_draft(self, max_len):
+        return max_len if self.variant == "pj" else self.block
+
+    def begin(self, ctx):
+        super().begin(ctx)
+        bsz = ctx.src_tokens.size(0)
+        # iterate y^k, aligned with the engine's output buffer (index 1 + step); PAD = INITT (§3.3)
+        self.guess = ctx.src_tokens.new_full((bsz, ctx.width), ctx.pad)
+        self.guess_prob = torch.zeros(bsz, ctx.width, device=ctx.src_tokens.device)
+        if self.needs_target_length:
+            if ctx.target_length is None:
+                raise ValueError(f"{self.name} needs the target length (--jacobi-length)")
+            self.length = ctx.target_length.clone()
+        else:  # HGJ: parallel up to h = max_len + 1 output positions (then autoregressive)
+            self.length = ctx.src_tokens.new_full((bsz,), ctx.max_len + 1)
+        self.history = []
+
+    def _remaining(self, n_gen):
+        """Unknown positions of the current block that are drafted (the last one is predicted)."""
+        left = (self.length - 1 - n_gen).clamp(min=0)  # draft slots before the target's last position
+        if self.variant == "pj":
+            return left
+        return torch.minimum(self.block - n_gen % self.block, left)
+
+    def propose(self, out, n_gen):
+        remaining = self._remaining(n_gen)
+        k = int(remaining.max()) if self.variant == "pj" else self.block  # PJ: the whole target
+        slots = torch.arange(k, device=out.device)
+        idx = (n_gen.unsqueeze(1) + 1 + slots).clamp(max=self.guess.size(1) - 1)
+        draft = self.guess.gather(1, idx)
+        return draft.masked_fill(slots.unsqueeze(0) >= remaining.unsqueeze(1), self.ctx.pad)
+
+    def observe(self, step: StepResult):
+        m = step.top.size(1)
+        idx = step.n_before.unsqueeze(1) + 1 + torch.arange(m, device=step.top.device)
+        self.guess.scatter_(1, idx, step.top)  # Jacobi update: y^{k+1} = argmax p(. | y^k)
+        if self.record:
+            self.guess_prob.scatter_(1, idx, step.top_lprob.exp())
+            n_after = step.n_before + step.count
+            self.history.append({
+                "guess": self.guess.clone(), "prob": self.guess_prob.clone(), "n_gen": n_after.clone(),
+                "fed_upto": (step.n_before + m).clone(),
+            })
+
+    def select_rows(self, rows):
+        self.guess = self.guess.index_select(0, rows)
+        self.guess_prob = self.guess_prob.index_select(0, rows)
+        self.length = self.length.index_select(0, rows)

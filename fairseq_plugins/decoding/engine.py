@@ -1,0 +1,268 @@
+"""The draft-and-verify engine (SPEC §2): one loop for every drafter and acceptance rule.
+
+Per iteration, for all unfinished rows at once:
+
+1. the drafter proposes ``K`` tokens per row (PAD = none);
+2. the verifier scores ``[last token, d_1..d_K]`` after each row's KV cache in ONE incremental call
+   (causal mask inside the draft, each row's logical positions);
+3. fairseq's greedy constraints are applied to the log-probs (PAD, unk penalty, no EOS before
+   ``min_len``, EOS forced at ``max_len``), the acceptance rule picks ``n`` draft tokens, and the
+   row is extended by ``d_1..d_n`` plus the verifier's own token at the bifurcation (Stern et al.
+   §3 "accept"; GAD Eq. 7), cut after an EOS;
+4. one host synchronisation tells which rows finished (they leave the batch) and the new cache
+   length; the self-attention cache is cut back to each row's accepted length
+   (``cache.DecoderKVCache``: right-aligned rows, left key-padding mask, no recomputation).
+
+With ``--acceptance exact`` the result equals fairseq's ``SequenceGenerator`` with ``--beam 1``
+token for token (same max_len formula, including its cap by the model's max positions, same
+min_len/unk/pad handling, scores accumulated the same way).  Hypotheses are fairseq's dicts, so
+``fairseq-generate`` prints and scores them as usual.
+
+``generator.stats`` accumulates over ``generate`` calls: ``model_calls`` (decoder calls),
+``iterations`` (row-iterations: one per row per call it took part in), ``accepted_tokens`` (tokens
+appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed; mean accepted =
+``accepted_tokens / iterations``), ``draft_accepted`` (draft tokens only), ``draft_tokens``
+(draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
+``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
+"""
+import math
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
+from fairseq_plugins.decoding.drafters import DraftContext, Drafter, NoDraft, StepResult, build_drafter
+from fairseq_plugins.decoding.verifier import Verifier
+
+
+class DraftVerifyOptionError(ValueError):
+    """Generation options the draft-and-verify engine cannot honour; the message says how to fix it."""
+
+
+STAT_KEYS = ("model_calls", "iterations", "accepted_tokens", "draft_accepted", "draft_tokens",
+             "produced_tokens", "sentences", "oracle_model_calls")
+
+
+class DraftVerifyGenerator:
+    def __init__(self, models, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule, *, max_len_a=0.0,
+                 max_len_b=200, min_len=1, unk_penalty=0.0, len_penalty=1.0, normalize_scores=True,
+                 temperature=1.0, max_len=0, jacobi_length="max"):
+        if len(models) != 1:
+            raise DraftVerifyOptionError(
+                f"--drafter verifies with one model; got an ensemble of {len(models)} (--path a:b). Pass one checkpoint.")
+        self.model = models[0]
+        self.verifier = Verifier(self.model)
+        self.drafter = drafter
+        self.acceptance = acceptance
+        self.tgt_dict = tgt_dict
+        self.bos = self.eos = tgt_dict.eos()  # fairseq starts the decoder with EOS (SequenceGenerator)
+        self.pad, self.unk = tgt_dict.pad(), tgt_dict.unk()
+        self.vocab_size = len(tgt_dict)
+        self.max_len_a, self.max_len_b = max_len_a, max_len_b
+        self.min_len = min_len
+        self.unk_penalty, self.len_penalty = unk_penalty, len_penalty
+        self.normalize_scores = normalize_scores
+        if temperature <= 0:
+            raise DraftVerifyOptionError("--temperature must be > 0")
+        self.temperature = temperature
+        self.max_len = max_len or self.model.max_decoder_positions()
+        if jacobi_length not in ("max", "greedy_oracle"):
+            raise DraftVerifyOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
+        self.length_oracle = jacobi_length == "greedy_oracle" and drafter.needs_target_length
+        self.reset_stats()
+
+    # ---- stats ----
+    def reset_stats(self):
+        self.stats: Dict[str, float] = {k: 0 for k in STAT_KEYS}
+        self.stats["length_oracle"] = False
+        self.stats["drafter"] = self.drafter.name
+        self.stats["acceptance"] = self.acceptance.name
+
+    def mean_accepted(self) -> float:
+        return self.stats["accepted_tokens"] / max(1, self.stats["iterations"])
+
+    # ---- fairseq generator interface ----
+    def cuda(self):
+        return self
+
+    def eval(self):
+        return self
+
+    @torch.no_grad()
+    def generate(self, models, sample, prefix_tokens: Optional[Tensor] = None, constraints=None, **kwargs):
+        if prefix_tokens is not None:
+            raise DraftVerifyOptionError("--drafter does not support --prefix-size; drop one of them")
+        if constraints is not None:
+            raise DraftVerifyOptionError("--drafter does not support --constraints; drop one of them")
+        if kwargs.get("bos_token") is not None:
+            raise DraftVerifyOptionError("--drafter does not support a custom bos_token")
+        net_input = sample["net_input"]
+        src_tokens = net_input["src_tokens"]
+        src_len = src_tokens.size(1)
+        max_src = self.verifier.max_source_positions()
+        if max_src is not None and src_len > max_src:
+            raise DraftVerifyOptionError(
+                f"a source has {src_len} tokens but the model accepts at most {max_src} (--max-source-positions "
+                "at training); drop such sentences with --skip-invalid-size-inputs-valid-test or shorten them")
+        # as SequenceGenerator._generate: src_len is the padded batch width, capped by the model's positions
+        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        if self.min_len > max_len:
+            raise DraftVerifyOptionError(f"--min-len {self.min_len} exceeds the maximum length {max_len}; "
+                                         "lower --min-len or raise --max-len-a/--max-len-b")
+        if "src_lengths" in net_input:
+            src_lengths = net_input["src_lengths"]
+        else:
+            src_lengths = (src_tokens.ne(self.eos) & src_tokens.ne(self.pad)).long().sum(dim=1)
+        target_length = None
+        if self.drafter.needs_target_length:
+            if self.length_oracle:  # PJ/PGJ with a known length: a greedy pre-run, counted and timed
+                calls = self.stats["model_calls"]
+                greedy = self._decode(net_input, src_lengths, NoDraft(), max_len, None, count_stats=False)
+                self.stats["oracle_model_calls"] += self.stats["model_calls"] - calls
+                self.stats["length_oracle"] = True
+                target_length = torch.tensor([len(h[0]["tokens"]) for h in greedy], device=src_tokens.device)
+            else:
+                target_length = src_tokens.new_full((src_tokens.size(0),), max_len + 1)
+        return self._decode(net_input, src_lengths, self.drafter, max_len, target_length)
+
+    # ---- the loop ----
+    def _decode(self, net_input, src_lengths, drafter: Drafter, max_len: int, target_length, count_stats=True):
+        verifier = self.verifier
+        src_tokens = net_input["src_tokens"]
+        device = src_tokens.device
+        bsz = src_tokens.size(0)
+        acceptance = self.acceptance if not isinstance(drafter, NoDraft) else Exact()
+        kmax = drafter.max_draft(max_len)
+        width = max_len + kmax + 2
+        stats = self.stats
+
+        encoder_out = verifier.encode(net_input)
+        stats["model_calls"] += 0  # the encoder call is not a decoding iteration
+        cache = verifier.new_cache()
+        out = torch.full((bsz, width), self.pad, dtype=torch.long, device=device)
+        out[:, 0] = self.bos
+        lp_out = torch.zeros(bsz, width, device=device)  # log-prob of out[:, 1 + s] at index s
+        n_gen = torch.zeros(bsz, dtype=torch.long, device=device)
+        rows = torch.arange(bsz, device=device)  # original row of every current row
+        drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
+                                   target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad))
+        finalized: List[Optional[List[Dict]]] = [None] * bsz
+        counters = torch.zeros(2, dtype=torch.long, device=device)  # draft_accepted, draft_tokens
+        arange = torch.arange(width + 1, device=device)
+        not_eos = torch.ones(self.vocab_size, dtype=torch.bool, device=device)
+        not_eos[self.eos] = False
+        longest, iteration, row_iterations = 0, 0, 0
+        while True:
+            cur = n_gen.size(0)
+            draft = drafter.propose(out, n_gen)
+            m = draft.size(1) + 1
+            steps = n_gen.unsqueeze(1) + arange[:m]  # step s predicts out[:, 1 + s]; input at position s
+            tokens = torch.cat([out.gather(1, n_gen.unsqueeze(1)), draft], dim=1)
+            positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps  # past max_len: never accepted
+            logits = verifier.logits(tokens, positions, encoder_out, cache)
+            if self.temperature != 1.0:
+                logits = logits.div_(self.temperature)
+            lprobs = verifier.log_probs(logits)
+            # fairseq's greedy constraints (sequence_generator.py: pad, unk, max_len, min_len)
+            lprobs[:, :, self.pad] = -math.inf
+            lprobs[:, :, self.unk] -= self.unk_penalty
+            if longest + m - 1 >= max_len:
+                lprobs.masked_fill_((steps >= max_len).unsqueeze(2) & not_eos, -math.inf)
+            if iteration < self.min_len:  # every row has >= iteration tokens
+                lprobs[:, :, self.eos].masked_fill_(steps < self.min_len, -math.inf)
+            top_lprob, top = lprobs.max(dim=2)
+            accepted = acceptance(draft, lprobs, top)
+            # accepted drafts, then the verifier's own token at the bifurcation; cut after EOS
+            fed = arange[:m].unsqueeze(0)
+            new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft, top[:, -1:]], dim=1), top)
+            is_eos = (new == self.eos) & (fed <= accepted.unsqueeze(1))
+            ended = is_eos.any(dim=1)
+            count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, accepted + 1)
+            out.scatter_(1, steps + 1, new)
+            lp_out.scatter_(1, steps, lprobs.gather(2, new.unsqueeze(2)).squeeze(2))
+            n_before = n_gen
+            n_gen = n_gen + count
+            drafter.observe(StepResult(draft=draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
+                                       n_before=n_before, out=out))
+            if count_stats:
+                counters += torch.stack([torch.minimum(accepted, count).sum(), (draft != self.pad).sum()])
+            row_iterations += cur
+            iteration += 1
+            # the one host synchronisation of the iteration
+            alive_len = n_gen.masked_fill(ended, 0)
+            host = torch.cat([ended.long(), alive_len.max().view(1),
+                              n_gen.masked_fill(ended, width).min().view(1)]).tolist()
+            done, longest, shortest = host[:cur], host[cur], host[cur + 1]
+            if any(done):
+                keep = [i for i, d in enumerate(done) if not d]
+                for i, d in enumerate(done):
+                    if d:
+                        finalized[int(rows[i])] = [self._hypothesis(out[i], lp_out[i], int(n_gen[i]))]
+                if not keep:
+                    break
+                keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+                cache.select_rows(keep_t)
+                encoder_out = verifier.select_encoder_rows(encoder_out, keep_t)
+                drafter.select_rows(keep_t)
+                out, lp_out, n_gen, count, rows = (t.index_select(0, keep_t) for t in (out, lp_out, n_gen, count, rows))
+            cache.commit(n_gen, count, longest, ragged=shortest != longest)
+        if count_stats:
+            stats["model_calls"] += iteration
+            stats["iterations"] += row_iterations
+            produced = sum(len(h[0]["tokens"]) for h in finalized)
+            stats["accepted_tokens"] += produced
+            stats["produced_tokens"] += produced
+            stats["sentences"] += bsz
+            da, dt = counters.tolist()
+            stats["draft_accepted"] += da
+            stats["draft_tokens"] += dt
+        else:
+            stats["model_calls"] += iteration
+        return finalized
+
+    def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int) -> Dict:
+        tokens = out_row[1 : n + 1].clone()
+        # as SequenceGenerator: cumulative scores, positional = their differences, normalised by length
+        cum = lp_row[:n].cumsum(dim=0)
+        pos = cum.clone()
+        pos[1:] = cum[1:] - cum[:-1]
+        score = cum[-1].clone()
+        if self.normalize_scores:
+            score = score / (n ** self.len_penalty)
+        return {"tokens": tokens, "score": score, "attention": None, "alignment": None, "positional_scores": pos}
+
+
+def _generation_option(args, name, default):
+    value = getattr(args, name, default)
+    return default if value is None else value
+
+
+def build_draft_verify_generator(task, models, args):
+    """``FastTranslationTask.build_generator`` with ``--drafter``: the engine with the task's drafter/rule."""
+    cfg = task.cfg
+    beam = _generation_option(args, "beam", 1)
+    if beam != 1:
+        raise DraftVerifyOptionError(
+            f"--drafter decodes greedily and needs --beam 1 (got --beam {beam}); drop --drafter for beam search")
+    for name, bad, hint in (("sampling", True, "--sampling"), ("match_source_len", True, "--match-source-len")):
+        if _generation_option(args, name, False) == bad:
+            raise DraftVerifyOptionError(f"--drafter does not support {hint}; drop one of them")
+    if _generation_option(args, "no_repeat_ngram_size", 0) > 0:
+        raise DraftVerifyOptionError("--drafter does not support --no-repeat-ngram-size; drop one of them")
+    if _generation_option(args, "diverse_beam_groups", -1) > 1 or _generation_option(args, "diversity_rate", -1) > 0:
+        raise DraftVerifyOptionError("--drafter does not support diverse beam search; drop one of them")
+    if _generation_option(args, "prefix_size", 0) > 0:
+        raise DraftVerifyOptionError("--drafter does not support --prefix-size; drop one of them")
+    if _generation_option(args, "print_alignment", None):
+        raise DraftVerifyOptionError("--drafter produces no alignments; drop --print-alignment")
+    drafter = build_drafter(cfg, task)
+    acceptance = build_acceptance(cfg)
+    return DraftVerifyGenerator(
+        models, task.target_dictionary, drafter, acceptance,
+        max_len_a=_generation_option(args, "max_len_a", 0.0), max_len_b=_generation_option(args, "max_len_b", 200),
+        min_len=_generation_option(args, "min_len", 1), unk_penalty=_generation_option(args, "unkpen", 0.0),
+        len_penalty=_generation_option(args, "lenpen", 1.0),
+        normalize_scores=not _generation_option(args, "unnormalized", False),
+        temperature=_generation_option(args, "temperature", 1.0), jacobi_length=cfg.jacobi_length,
+    )

@@ -1,0 +1,1 @@
+"""Visualisations (DDGviz, Santilli et al. 2023 §3.5)."""

@@ -1,0 +1,74 @@
+"""Shared helpers of the draft-and-verify tests: load the tiny checkpoint in-process, build
+batches of *mixed* source lengths (fairseq's own iterator sorts by length), run fairseq's greedy
+``SequenceGenerator`` as the reference."""
+from argparse import Namespace
+
+import torch
+
+import fairseq_plugins  # noqa: F401  (compat repairs + registration)
+
+# short enough to keep the tests fast, long enough that the 300-update model hits it (forced EOS)
+MAX_LEN_B = 40
+
+
+def load(corpus, checkpoint):
+    from fairseq import checkpoint_utils
+
+    # one intra-op thread: the tiny model gains nothing from more, and on a shared 2-core machine
+    # two threads per op spin against other jobs and slow the tests down several times
+    torch.set_num_threads(1)
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(corpus / "bin")})
+    for m in models:
+        m.eval()
+    task.load_dataset("test")
+    return models, task
+
+
+def gen_args(**kw):
+    args = dict(beam=1, max_len_a=0.0, max_len_b=MAX_LEN_B, min_len=1, unkpen=0.0, lenpen=1.0,
+                unnormalized=False, temperature=1.0)
+    args.update(kw)
+    return Namespace(**args)
+
+
+def mixed_batches(task, batch_size, split="test"):
+    """Consecutive ids (not length-sorted): every batch mixes short and long sources."""
+    ds = task.dataset(split)
+    ids = list(range(len(ds)))
+    return [ds.collater([ds[i] for i in ids[s : s + batch_size]]) for s in range(0, len(ids), batch_size)]
+
+
+def reference_greedy(models, task, batches, **kw):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    a = gen_args(**kw)
+    gen = SequenceGenerator(models, task.target_dictionary, beam_size=1, max_len_a=a.max_len_a,
+                            max_len_b=a.max_len_b, min_len=a.min_len, unk_penalty=a.unkpen)
+    return decode_all(gen, models, batches)
+
+
+def decode_all(gen, models, batches):
+    out = {}
+    with torch.no_grad():
+        for sample in batches:
+            hyps = gen.generate(models, sample)
+            for i, sid in enumerate(sample["id"].tolist()):
+                out[sid] = hyps[i][0]
+    return out
+
+
+def engine(models, task, drafter, acceptance="exact", block_size=3, **kw):
+    task.cfg.drafter = drafter
+    task.cfg.acceptance = acceptance
+    task.cfg.block_size = block_size
+    defaults = dict(jacobi_length="max", copy_ngram=2, acceptance_topk=2, min_block_size=2, gad_beta=5, gad_tau=3.0)
+    for key, value in defaults.items():
+        setattr(task.cfg, key, kw.pop(key, value))
+    return task.build_generator(models, gen_args(**kw))
+
+
+def mismatches(ref, hyp):
+    assert set(ref) == set(hyp)
+    return [k for k in sorted(ref) if not torch.equal(ref[k]["tokens"], hyp[k]["tokens"])]

@@ -1,0 +1,130 @@
+"""Drafters in isolation: Jacobi (PAD initialisation, previous output = next draft, PJ/PGJ/HGJ
+block layout) and input-guided copying (anchor at BOS, copy, unique n-gram re-anchoring, PAD
+sentinel, dictionary mapping)."""
+import pytest
+import torch
+
+from fairseq_plugins.decoding.drafters import DraftContext, NoDraft, StepResult
+from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter, source_to_target_map
+from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
+
+PAD, EOS, BOS = 1, 2, 2
+
+
+def ctx(src, max_len=20, target_length=None, width=40):
+    src = torch.tensor(src)
+    return DraftContext(src_tokens=src, src_lengths=(src != PAD).sum(1), max_len=max_len, width=width,
+                        target_length=target_length, bos=BOS, eos=EOS, pad=PAD)
+
+
+def step(drafter, out, n_gen, draft, top, accepted):
+    count = accepted + 1
+    for b in range(out.size(0)):
+        n = int(n_gen[b])
+        toks = torch.cat([draft[b, : int(accepted[b])], top[b, int(accepted[b]) : int(accepted[b]) + 1]])
+        out[b, n + 1 : n + 1 + len(toks)] = toks
+    drafter.observe(StepResult(draft=draft, top=top, top_lprob=torch.zeros(top.shape), accepted=accepted,
+                               count=count, n_before=n_gen, out=out))
+    return n_gen + count
+
+
+def test_no_draft_is_empty():
+    d = NoDraft()
+    d.begin(ctx([[5, 6, EOS]]))
+    assert d.propose(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, dtype=torch.long)).shape == (1, 0)
+
+
+def test_jacobi_pgj_starts_with_pad_and_reuses_the_previous_output():
+    d = JacobiDrafter("pgj", block_size=3)
+    d.begin(ctx([[5, 6, EOS]], target_length=torch.tensor([10])))
+    out = torch.full((1, 40), PAD)
+    out[0, 0] = BOS
+    n = torch.zeros(1, dtype=torch.long)
+    draft = d.propose(out, n)
+    assert draft.tolist() == [[PAD, PAD, PAD]]  # INITT: all PAD
+    # the verifier predicted 10, 11, 12, 13; nothing of the (PAD) draft accepted -> keeps 10
+    n = step(d, out, n, draft, torch.tensor([[10, 11, 12, 13]]), torch.tensor([0]))
+    assert n.tolist() == [1]
+    # next draft: the rest of block [0, 3) is positions 1, 2 -> previous iterate 11, 12
+    assert d.propose(out, n).tolist() == [[11, 12, PAD]]
+    n = step(d, out, n, torch.tensor([[11, 12, PAD]]), torch.tensor([[11, 12, 14, 15]]), torch.tensor([2]))
+    assert n.tolist() == [4] and out[0, 1:5].tolist() == [10, 11, 12, 14]
+    # block [3, 6): position 3 done, draft positions 4, 5 from the last iterate (15 predicted for 4)
+    assert d.propose(out, n).tolist() == [[15, PAD, PAD]]
+
+
+def test_jacobi_pj_drafts_the_whole_target_and_hgj_needs_no_length():
+    pj = JacobiDrafter("pj", block_size=3)
+    pj.begin(ctx([[5, EOS], [6, EOS]], target_length=torch.tensor([6, 4])))
+    out = torch.full((2, 40), PAD)
+    out[:, 0] = BOS
+    assert pj.propose(out, torch.zeros(2, dtype=torch.long)).tolist() == [[PAD] * 5, [PAD] * 3 + [PAD] * 2]
+    with pytest.raises(ValueError, match="target length"):
+        JacobiDrafter("pgj", 3).begin(ctx([[5, EOS]]))
+    hgj = JacobiDrafter("hgj", block_size=4)
+    hgj.begin(ctx([[5, EOS]], max_len=2))  # h = max_len + 1 = 3 positions: at most 2 drafted
+    assert (hgj.propose(out[:1], torch.zeros(1, dtype=torch.long)) == PAD).sum().item() == 4
+    assert hgj.max_draft(50) == 4 and pj.max_draft(50) == 50
+
+
+def test_jacobi_records_the_iterates_for_ddgviz():
+    d = JacobiDrafter("pj", block_size=3, record=True)
+    d.begin(ctx([[5, EOS]], target_length=torch.tensor([4])))
+    out = torch.full((1, 40), PAD)
+    out[0, 0] = BOS
+    draft = d.propose(out, torch.zeros(1, dtype=torch.long))
+    step(d, out, torch.zeros(1, dtype=torch.long), draft, torch.tensor([[7, 8, 9, EOS]]), torch.tensor([0]))
+    assert len(d.history) == 1 and d.history[0]["guess"][0, 1:5].tolist() == [7, 8, 9, EOS]
+
+
+def test_input_copy_copies_from_bos_then_reanchors_on_a_unique_ngram():
+    # left-padded source (fairseq layout): x = 10 11 12 13 14 EOS
+    d = InputCopyDrafter(block_size=4, ngram=2)
+    d.begin(ctx([[PAD, 10, 11, 12, 13, 14, EOS]]))
+    out = torch.full((1, 40), PAD)
+    out[0, 0] = BOS
+    n = torch.zeros(1, dtype=torch.long)
+    draft = d.propose(out, n)
+    assert draft.tolist() == [[10, 11, 12, 13]]  # anchored at x_0 = BOS
+    # verifier agrees with 10, 11 then says 20 (bifurcation): output 10 11 20, no source match -> AR
+    n = step(d, out, n, draft, torch.tensor([[10, 11, 20, 0, 0]]), torch.tensor([2]))
+    assert d.propose(out, n).tolist() == [[PAD] * 4]
+    # one token per call: 12 -> its 1-gram "12" is unique in x: copy 13 14 EOS + PAD sentinel
+    n = step(d, out, n, torch.full((1, 4), PAD), torch.tensor([[12, 0, 0, 0, 0]]), torch.tensor([0]))
+    assert d.propose(out, n).tolist() == [[13, 14, EOS, PAD]]
+
+
+def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_matches():
+    d = InputCopyDrafter(block_size=2, ngram=2)
+    d.begin(ctx([[10, 11, 10, 12, 13, EOS]]))
+    out = torch.full((1, 40), PAD)
+    out[0, 0] = BOS
+    n = torch.zeros(1, dtype=torch.long)
+    draft = d.propose(out, n)
+    assert draft.tolist() == [[10, 11]]
+    # all accepted, verifier's own token is 10 = the next source token: the anchor moves on
+    n = step(d, out, n, draft, torch.tensor([[10, 11, 10]]), torch.tensor([2]))
+    assert d.propose(out, n).tolist() == [[12, 13]]
+    # a fresh row whose output ends with "10": ambiguous 1-gram, no copy; "11 10" 2-gram is unique
+    e = InputCopyDrafter(block_size=2, ngram=1)
+    e.begin(ctx([[10, 11, 10, 12, 13, EOS]]))
+    out2 = torch.full((1, 40), PAD)
+    out2[0, :3] = torch.tensor([BOS, 11, 10])
+    assert e._rematch(out2, torch.tensor([2])).tolist() == [-1]
+    e.q = 2
+    assert e._rematch(out2, torch.tensor([2])).tolist() == [3]  # x = [BOS, 10, 11, 10, ...]: index 3
+
+
+def test_input_copy_option_checks_and_dictionary_mapping():
+    with pytest.raises(ValueError, match="--copy-ngram"):
+        InputCopyDrafter(block_size=3, ngram=4)
+    from fairseq.data import Dictionary
+
+    a, b = Dictionary(), Dictionary()
+    for w in ("x", "y"):
+        a.add_symbol(w)
+    for w in ("y", "z", "x"):
+        b.add_symbol(w)
+    assert source_to_target_map(a, a) is None
+    m = source_to_target_map(a, b)
+    assert m[a.index("x")] == b.index("x") and m[a.index("y")] == b.index("y")

@@ -1,0 +1,255 @@
+"""The draft-and-verify engine: lossless (identical to fairseq's greedy SequenceGenerator on every
+test sentence, batch 1 and 8 with mixed lengths), KV-cache cut-back, edge cases, clear errors, and
+one end-to-end fairseq-generate run."""
+import copy
+
+import pytest
+import torch
+
+from conftest import PLUGIN_DIR, fairseq_cli, run
+from engine_helpers import (MAX_LEN_B, decode_all, engine, gen_args, load, mismatches, mixed_batches,
+                            reference_greedy)
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_corpus, tiny_model):
+    torch.manual_seed(0)
+    models, task = load(tiny_corpus, tiny_model)
+    batches = {bs: mixed_batches(task, bs) for bs in (1, 8)}
+    refs = {bs: reference_greedy(models, task, batches[bs]) for bs in (1, 8)}
+    return models, task, batches, refs
+
+
+@pytest.mark.parametrize("bs", [1, 8])
+@pytest.mark.parametrize("drafter", ["none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy"])
+def test_exact_equals_fairseq_greedy_on_every_sentence(setup, drafter, bs):
+    models, task, batches, refs = setup
+    gen = engine(models, task, drafter, block_size=3)
+    hyps = decode_all(gen, models, batches[bs])
+    assert len(hyps) == 120
+    assert mismatches(refs[bs], hyps) == []
+    for k, ref in refs[bs].items():  # scores agree up to fp32 rounding of the batched verifier call
+        assert torch.allclose(hyps[k]["positional_scores"], ref["positional_scores"], atol=1e-4)
+        assert abs(float(hyps[k]["score"]) - float(ref["score"])) < 1e-4
+        assert hyps[k]["tokens"][-1].item() == task.target_dictionary.eos()
+    stats = gen.stats
+    assert stats["sentences"] == 120 and stats["produced_tokens"] == sum(len(h["tokens"]) for h in hyps.values())
+    assert stats["accepted_tokens"] == stats["produced_tokens"]
+    if drafter == "none":
+        assert stats["iterations"] == stats["produced_tokens"]  # one token per row per call
+        assert stats["draft_tokens"] == 0
+    else:
+        assert stats["iterations"] <= stats["produced_tokens"]
+        assert gen.mean_accepted() >= 1.0
+
+
+def test_jacobi_block_of_one_greedy_oracle_and_larger_blocks(setup):
+    models, task, batches, refs = setup
+    for drafter, block in (("jacobi_pgj", 1), ("jacobi_hgj", 6)):
+        assert mismatches(refs[8], decode_all(engine(models, task, drafter, block_size=block), models, batches[8])) == []
+    gen = engine(models, task, "jacobi_pgj", block_size=3, jacobi_length="greedy_oracle")
+    assert mismatches(refs[8], decode_all(gen, models, batches[8])) == []
+    assert gen.stats["length_oracle"] is True and gen.stats["oracle_model_calls"] > 0
+    assert gen.stats["model_calls"] > gen.stats["oracle_model_calls"]  # the pre-run is counted too
+    hgj = engine(models, task, "jacobi_hgj", block_size=3, jacobi_length="greedy_oracle")
+    decode_all(hgj, models, batches[8][:1])
+    assert hgj.stats["length_oracle"] is False  # HGJ needs no length
+
+
+def test_stats_accumulate_and_reset(setup):
+    models, task, batches, _ = setup
+    gen = engine(models, task, "jacobi_hgj")
+    decode_all(gen, models, batches[8][:2])
+    first = dict(gen.stats)
+    decode_all(gen, models, batches[8][:2])
+    assert gen.stats["model_calls"] == 2 * first["model_calls"] and gen.stats["sentences"] == 32
+    gen.reset_stats()
+    assert gen.stats["model_calls"] == 0 and gen.stats["iterations"] == 0
+
+
+# ---- KV cache cut-back ----
+
+def _scratch_lprobs(verifier, encoder_out, tokens):
+    """Feed ``tokens`` one at a time into a fresh cache; log-probs after each (reference)."""
+    cache = verifier.new_cache()
+    out = []
+    for t in range(tokens.size(1)):
+        lp = verifier.log_probs(verifier.logits(tokens[:, t : t + 1], torch.full((tokens.size(0), 1), t), encoder_out, cache))
+        cache.commit(torch.full((tokens.size(0),), t + 1), torch.ones(tokens.size(0), dtype=torch.long), t + 1, False)
+        out.append(lp[:, 0])
+    return torch.stack(out, 1)
+
+
+@torch.no_grad()
+def test_decoding_after_rollback_equals_decoding_from_scratch(setup):
+    from fairseq_plugins.decoding.verifier import Verifier
+
+    models, task, batches, _ = setup
+    verifier = Verifier(models[0])
+    sample = batches[8][0]
+    src = {k: v[:2] for k, v in sample["net_input"].items()}
+    enc = verifier.encode(src)
+    eos = task.target_dictionary.eos()
+    g = torch.Generator().manual_seed(3)
+    seq = torch.randint(4, len(task.target_dictionary), (2, 12), generator=g)
+    seq[:, 0] = eos
+    # rows: 1 prefix token, then a 5-token draft of which row 0 keeps 2 and row 1 keeps 4
+    cache = verifier.new_cache()
+    verifier.logits(seq[:, :1], torch.zeros(2, 1, dtype=torch.long), enc, cache)
+    cache.commit(torch.tensor([1, 1]), torch.tensor([1, 1]), 1, False)
+    wrong = seq[:, 1:6].clone()
+    wrong[0, 2:] = 7  # row 0's draft is right for 2 tokens only, the rest is junk that must be cut
+    verifier.logits(wrong, torch.arange(1, 6).expand(2, 5), enc, cache)
+    keep = torch.tensor([2, 4])
+    cache.commit(1 + keep, keep, 5, True)
+    # continue each row from its own accepted length with the true tokens
+    nxt = torch.stack([seq[0, 3:6], seq[1, 5:8]])
+    pos = torch.stack([torch.arange(3, 6), torch.arange(5, 8)])
+    got = verifier.log_probs(verifier.logits(nxt, pos, enc, cache))
+    ref = _scratch_lprobs(verifier, enc, seq)
+    assert torch.allclose(got[0], ref[0, 3:6], atol=1e-5)
+    assert torch.allclose(got[1], ref[1, 5:8], atol=1e-5)
+    # keep all 3 in both rows, then drop row 1: the single remaining row still has left padding
+    cache.commit(torch.tensor([6, 8]), torch.tensor([3, 3]), 8, True)
+    cache.select_rows(torch.tensor([0]))
+    enc0 = verifier.select_encoder_rows(enc, torch.tensor([0]))
+    got0 = verifier.log_probs(verifier.logits(seq[:1, 6:9], torch.arange(6, 9).view(1, 3), enc0, cache))
+    assert torch.allclose(got0[0], ref[0, 6:9], atol=1e-5)
+    cache.commit(torch.tensor([7]), torch.tensor([1]), 7, False)  # accept 1 of 3: cut back a padded row
+    got0 = verifier.log_probs(verifier.logits(seq[:1, 7:11], torch.arange(7, 11).view(1, 4), enc0, cache))
+    assert torch.allclose(got0[0], ref[0, 7:11], atol=1e-5)
+
+
+# ---- edge cases ----
+
+def _one(task, tokens):
+    ds = task.dataset("test")
+    item = dict(ds[0])
+    item["source"] = torch.tensor(tokens + [task.source_dictionary.eos()])
+    return ds.collater([item])
+
+
+def test_empty_and_one_token_sources_match_fairseq(setup):
+    models, task, _, _ = setup
+    samples = [_one(task, []), _one(task, [task.source_dictionary.index("▁Datei")])]
+    ref = reference_greedy(models, task, samples)
+    for drafter in ("none", "jacobi_hgj", "jacobi_pj", "input_copy"):
+        assert mismatches(ref, decode_all(engine(models, task, drafter), models, samples)) == []
+
+
+def test_source_longer_than_max_positions_is_a_clear_error(setup):
+    from fairseq_plugins.decoding.engine import DraftVerifyOptionError
+
+    models, task, _, _ = setup
+    limit = models[0].encoder.max_positions()
+    sample = _one(task, [100] * (limit + 5))
+    with pytest.raises(DraftVerifyOptionError, match="at most .*skip-invalid-size-inputs-valid-test"):
+        decode_all(engine(models, task, "jacobi_hgj"), models, [sample])
+
+
+def _eos_loving(model, eos):
+    """A copy of the model whose output layer prefers EOS everywhere (a bias on its logit)."""
+    m = copy.deepcopy(model)
+    old = m.decoder.output_projection
+    proj = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    proj.weight = old.weight
+    with torch.no_grad():
+        proj.bias.zero_()
+        proj.bias[eos] = 50.0
+    m.decoder.output_projection = proj
+    return m.eval()
+
+
+@pytest.mark.parametrize("min_len", [0, 1, 3])
+def test_eos_first_and_min_len_as_fairseq(setup, min_len):
+    models, task, batches, _ = setup
+    eos = task.target_dictionary.eos()
+    eos_models = [_eos_loving(models[0], eos)]
+    ref = reference_greedy(eos_models, task, batches[8][:2], min_len=min_len)
+    assert all(len(h["tokens"]) == max(1, min_len + 1) for h in ref.values())  # EOS as soon as allowed
+    for drafter in ("none", "jacobi_pgj", "input_copy"):
+        gen = engine(eos_models, task, drafter, min_len=min_len)
+        assert mismatches(ref, decode_all(gen, eos_models, batches[8][:2])) == []
+
+
+def test_drafts_running_past_eos_are_cut_at_eos(setup):
+    """A drafter plugged in without touching the engine: it proposes the greedy output followed by
+    junk after EOS; everything up to EOS is accepted in one call and nothing after it survives."""
+    from fairseq_plugins.decoding.drafters import Drafter
+
+    models, task, batches, refs = setup
+    pad = task.target_dictionary.pad()
+
+    class OracleDrafter(Drafter):
+        name = "oracle"
+
+        def __init__(self, answers):
+            self.answers = answers
+
+        def begin(self, ctx):
+            super().begin(ctx)
+            self.rows = [self.answers[i] for i in self.ids]
+
+        def max_draft(self, max_len):
+            return max_len + 5
+
+        def propose(self, out, n_gen):
+            k = max(len(a) for a in self.rows) + 5
+            draft = torch.full((len(self.rows), k), pad, dtype=torch.long)
+            for r, a in enumerate(self.rows):
+                tail = torch.cat([a, torch.tensor([17, 23, 5, 9, 11])])  # junk past EOS
+                draft[r, : len(tail) - int(n_gen[r])] = tail[int(n_gen[r]):]
+            return draft
+
+        def select_rows(self, rows):
+            self.rows = [self.rows[i] for i in rows.tolist()]
+
+    gen = engine(models, task, "none")
+    answers = {k: v["tokens"] for k, v in refs[8].items()}
+    gen.drafter = OracleDrafter(answers)
+    hyps = {}
+    for sample in batches[8]:
+        gen.drafter.ids = sample["id"].tolist()
+        hyps.update(decode_all(gen, models, [sample]))
+    assert mismatches(refs[8], hyps) == []
+    assert gen.stats["model_calls"] == len(batches[8])  # one verification call per batch
+    assert gen.stats["iterations"] == 120
+
+
+# ---- clear errors ----
+
+def test_beam_larger_than_one_with_a_drafter_is_a_clear_error(setup):
+    from fairseq_plugins.decoding.engine import DraftVerifyOptionError
+
+    models, task, _, _ = setup
+    with pytest.raises(DraftVerifyOptionError, match="--beam 1"):
+        engine(models, task, "jacobi_hgj", beam=5)
+
+
+@pytest.mark.parametrize("drafter", ["blockwise", "nar"])
+def test_unavailable_drafters_are_a_clear_error(setup, drafter):
+    from fairseq_plugins.decoding.drafters import DrafterNotAvailableError
+
+    models, task, _, _ = setup
+    with pytest.raises(DrafterNotAvailableError, match="not available yet: needs"):
+        engine(models, task, drafter)
+
+
+# ---- end to end ----
+
+def _h_lines(stdout):
+    lines = sorted(l.split("\t") for l in stdout.splitlines() if l.startswith("H-"))
+    return [(l[0], l[2]) for l in lines], [float(l[1]) for l in lines]
+
+
+def test_fairseq_generate_with_hgj_prints_the_same_hypotheses(tiny_corpus, tiny_model):
+    base = [fairseq_cli("fairseq-generate"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--task",
+            "fast_translation", "--path", str(tiny_model), "--beam", "1", "--batch-size", "16", "--cpu",
+            "--gen-subset", "test", "--max-len-b", str(MAX_LEN_B)]
+    plain = run(base).stdout
+    fast = run(base + ["--drafter", "jacobi_hgj", "--block-size", "3"]).stdout
+    (plain_h, plain_s), (fast_h, fast_s) = _h_lines(plain), _h_lines(fast)
+    assert len(plain_h) == 120
+    assert fast_h == plain_h  # ids and hypotheses identical
+    # the printed scores agree to fp32 rounding (a k-token call sums in another order than k 1-token calls)
+    assert max(abs(a - b) for a, b in zip(plain_s, fast_s)) < 1e-4
