@@ -453,6 +453,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--timed-sentences", type=int, default=0, help="time only the first N sentences (0: all)")
     ap.add_argument("--only", nargs="*", help="run only rows whose method contains one of these strings")
+    ap.add_argument("--skip-missing", action="store_true", help="skip rows whose checkpoint is not trained yet")
     ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's)")
@@ -460,6 +461,11 @@ def main(argv=None):
     ap.add_argument("--max-len-b", type=int, default=10)
     args = ap.parse_args(argv)
     rows = json.loads(Path(args.rows).read_text())
+    if args.skip_missing:
+        missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints)]
+        for r in missing:
+            print(f"[bench] skipping '{r['method']}': checkpoint of '{r.get('model', r.get('path'))}' not trained")
+        rows = [r for r in rows if r not in missing]
     if args.only:
         rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
     try:
@@ -471,6 +477,14 @@ def main(argv=None):
     print(markdown_table(results))
     print(f"\nresults: {Path(args.out) / 'results.jsonl'}, {Path(args.out) / 'results.md'}, "
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
+
+
+def _checkpoint_exists(row, checkpoints):
+    try:
+        checkpoint_of(row, checkpoints)
+        return True
+    except BenchmarkError:
+        return False
 
 
 def _cuda():

@@ -198,8 +198,8 @@ def _moses_split(text):
 
 def binarize(out, langs, workers):
     src, tgt = langs
-    cmd = [
-        "fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
+    cmd = [  # fairseq-preprocess of the running interpreter (its console script need not be on PATH)
+        sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
         "--trainpref", str(out / "train.sub"), "--validpref", str(out / "valid.sub"),
         "--testpref", str(out / "test.sub"), "--destdir", str(out / "bin"),
         "--joined-dictionary", "--workers", str(workers),

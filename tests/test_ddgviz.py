@@ -45,5 +45,5 @@ def test_script_writes_png_and_html(tiny_corpus, tiny_model, tmp_path):
     text = page.read_text(encoding="utf-8")
     assert text.count("<tr>") == trace.iterations + 1
     trace2 = ddgviz.main(["--path", str(tiny_model), "--data", str(tiny_corpus / "bin"), "--source",
-                          "Open the file", "--out", str(tmp_path / "src.png")])
+                          "Open the file", "--out", str(tmp_path / "src.png"), "--max-len-b", str(MAX_LEN_B)])
     assert trace2.tokens[-1] == "</s>" and (tmp_path / "src.png").exists()
