@@ -311,16 +311,23 @@ def _n_sentences(batches):
 
 
 def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, timed_sentences=0,
-                  device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200)):
-    """Run every row; returns the list of result dicts (also written to ``out``)."""
+                  device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200),
+                  quality_batch_size=None):
+    """Run every row; returns the list of result dicts (also written to ``out``).
+
+    Quality (BLEU over every sentence, model calls, mean accepted) comes from one full pass per
+    row x beam x batch size, or, with ``quality_batch_size``, from one full pass at that batch size
+    reported for every batch size (``bleu_batch_size`` says which); the other batch sizes then decode
+    the timed sentences only, and lossless rows are compared with greedy on those sentences."""
     import torch
 
     threads = threads or torch.get_num_threads()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     corpora = {}
-    results, greedy_tokens = [], {}
-    plan = list(expand_rows(rows, batch_sizes))
+    results, greedy_tokens, quality = [], {}, {}
+    order = sorted(batch_sizes, key=lambda b: b != quality_batch_size)  # the quality pass first
+    plan = list(expand_rows(rows, order))
     for n, (row, beam, bs) in enumerate(plan, 1):
         # a row may decode another corpus of the same data root, e.g. "corpus": "pt_PT-pt_BR"
         folder = str(Path(data).parent / row["corpus"]) if "corpus" in row else str(data)
@@ -332,16 +339,21 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             runner = CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len)
         else:
             runner = FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len)
-        # one full pass for quality, calls and acceptance (all sentences, none dropped)
+        timed = timed_subset(runner.batches, timed_sentences)
+        full = quality_batch_size is None or bs == quality_batch_size
+        # the quality pass: all sentences (none dropped), or the timed ones when reused from qbs
         runner.reset_stats()
-        tokens = runner.decode(runner.batches)
-        n_sent = len(tokens)
+        tokens = runner.decode(runner.batches if full else timed)
         ids = sorted(tokens)
-        if corpus.references is not None and n_sent != len(corpus.references):
-            raise BenchmarkError(f"row '{row['method']}' translated {n_sent} of {len(corpus.references)} sentences")
-        bleu, signature = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
-        stats = runner.stats()
-        calls = runner.model_calls()
+        qkey = (row["method"], beam)
+        if full:
+            if corpus.references is not None and len(ids) != len(corpus.references):
+                raise BenchmarkError(f"row '{row['method']}' translated {len(ids)} of {len(corpus.references)} sentences")
+            bleu, signature = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
+            stats = runner.stats()
+            quality[qkey] = dict(bleu=bleu, signature=signature, calls=runner.model_calls(), stats=stats,
+                                 sentences=len(ids), bleu_batch_size=bs)
+        q = quality[qkey]
         key = (str(ckpt), bs)  # lossless = identical to fairseq greedy at the same batch size
         if row.get("baseline") and beam == 1:
             greedy_tokens[key] = tokens
@@ -351,32 +363,33 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             if ref is None:
                 raise BenchmarkError(f"row '{row['method']}' is lossless but no greedy baseline row "
                                      "(\"baseline\": true, beam 1) ran before it on the same model and batch size")
-            identical = sum(tokens[i] == ref[i] for i in ids) / n_sent
+            identical = sum(tokens[i] == ref[i] for i in ids) / len(ids)
         # timing
-        timed = timed_subset(runner.batches, timed_sentences)
         times = time_runs(runner, timed, runs)
         produced = sum(len(tokens[i]) for b in timed for i in (b["id"].tolist() if isinstance(b, dict) else [s for s, _ in b]))
         mean = statistics.mean(times)
+        stats = q["stats"]
         result = {
             "method": row["method"], "config": row.get("args", backend).strip() or backend,
             "model": row.get("model", str(ckpt)), "corpus": corpus.folder.name, "batch_size": bs, "beam": beam,
-            "bleu": bleu, "sacrebleu_signature": signature, "sentences": n_sent,
-            "timed_sentences": _n_sentences(timed), "runs": runs,
+            "bleu": q["bleu"], "sacrebleu_signature": q["signature"], "sentences": q["sentences"],
+            "bleu_batch_size": q["bleu_batch_size"], "timed_sentences": _n_sentences(timed), "runs": runs,
             "seconds": round(mean, 4), "seconds_min": round(min(times), 4),
             "tokens_per_s": round(produced / mean, 1), "sentences_per_s": round(_n_sentences(timed) / mean, 2),
-            "speed_ratio": None, "model_calls": calls,
+            "speed_ratio": None, "model_calls": q["calls"],
             "mean_accepted": round(stats["accepted_tokens"] / stats["iterations"], 3)
             if stats.get("iterations") else None,
-            "identical_to_greedy": identical, "device": device, "dtype": "fp16" if fp16 else "fp32",
+            "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,
+            "device": device, "dtype": "fp16" if fp16 else "fp32",
             "threads": threads, "backend": backend, "baseline": bool(row.get("baseline")),
             "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
-        for k in ("length_oracle", "oracle_seconds"):
+        for k in ("length_oracle", "oracle_model_calls"):
             if k in stats:
                 result[k] = stats[k]
         results.append(result)
-        log(f"    BLEU {bleu}  {result['tokens_per_s']} tok/s  {mean:.3f}s/pass  calls {calls}"
-            + (f"  identical {identical:.3f}" if identical is not None else ""), flush=True)
+        log(f"    BLEU {q['bleu']}  {result['tokens_per_s']} tok/s  {mean:.3f}s/pass  calls {q['calls']}"
+            + (f"  identical {identical:.3f} of {len(ids)}" if identical is not None else ""), flush=True)
         del runner
     add_speed_ratios(results)
     write_outputs(results, out)
@@ -453,6 +466,8 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--timed-sentences", type=int, default=0, help="time only the first N sentences (0: all)")
     ap.add_argument("--only", nargs="*", help="run only rows whose method contains one of these strings")
+    ap.add_argument("--quality-batch-size", type=int, default=None,
+                    help="compute BLEU/calls/acceptance once per row at this batch size (default: at every one)")
     ap.add_argument("--skip-missing", action="store_true", help="skip rows whose checkpoint is not trained yet")
     ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
     ap.add_argument("--fp16", action="store_true")
@@ -471,7 +486,7 @@ def main(argv=None):
     try:
         results = run_benchmark(rows, args.data, args.checkpoints, args.out, args.batch_sizes, args.runs,
                                 args.timed_sentences, args.device, args.fp16, args.threads,
-                                max_len=(args.max_len_a, args.max_len_b))
+                                max_len=(args.max_len_a, args.max_len_b), quality_batch_size=args.quality_batch_size)
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))

@@ -78,3 +78,22 @@ def test_lossless_row_without_greedy_baseline_is_a_clear_error(tiny_corpus, tiny
     with pytest.raises(benchmark.BenchmarkError, match="no greedy baseline"):
         benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[4], runs=1,
                                 timed_sentences=4, log=lambda *a, **k: None)
+
+
+def test_quality_batch_size_reuses_one_full_pass_and_checks_lossless_rows(tiny_corpus, tiny_model, tmp_path):
+    rows = [
+        {"method": "fairseq greedy", "path": str(tiny_model), "args": "--task fast_translation", "baseline": True},
+        {"method": "engine greedy", "path": str(tiny_model), "args": "--task fast_translation --drafter none",
+         "lossless": True},
+    ]
+    results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[1, 8], runs=1,
+                                      timed_sentences=8, threads=1, log=lambda *a, **k: None,
+                                      max_len=(1.2, 10), quality_batch_size=8)
+    by = {(r["method"], r["batch_size"]): r for r in results}
+    assert [(r["method"], r["batch_size"]) for r in results][:2] == [("fairseq greedy", 8), ("fairseq greedy", 1)]
+    for bs, compared in ((8, 120), (1, 8)):
+        r = by[("engine greedy", bs)]
+        assert r["bleu_batch_size"] == 8 and r["sentences"] == 120
+        assert r["identical_to_greedy"] == 1.0 and r["identical_sentences"] == compared
+        assert r["mean_accepted"] == 1.0  # no drafter: one token per row and call
+    assert by[("fairseq greedy", 1)]["bleu"] == by[("fairseq greedy", 8)]["bleu"]
