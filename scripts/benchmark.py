@@ -435,8 +435,11 @@ def write_outputs(results, out):
 
 
 def plot(results, path):
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup leaves DEBUG on
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
