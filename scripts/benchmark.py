@@ -14,8 +14,9 @@ arguments, so the benchmark measures exactly what a user runs::
 the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``).  For every row x beam x batch size
 the harness loads the model once (loading is never timed), decodes the whole test set once for
 BLEU (sacreBLEU on detokenised output, against the raw reference file) and the
-identical-to-greedy fraction, then times a warm-up and ``--runs`` passes over the first
-``--timed-sentences`` sentences (batches sorted by source length, as fairseq-generate does).
+identical-to-greedy fraction, then times a warm-up and ``--runs`` passes over the sentences with
+id < ``--timed-sentences`` (the split is in hash order: a random sample of every length), batched
+in fairseq-generate's length-sorted order.
 
 Speed: ``seconds`` is the mean time of one timed pass (``seconds_min`` its minimum),
 ``tokens_per_s`` counts generated target tokens including EOS (fairseq-generate's count),
@@ -104,7 +105,8 @@ class Corpus:
 
 
 class FairseqRunner:
-    def __init__(self, corpus, checkpoint, row_args, beam, batch_size, device, fp16, threads, max_len=(0.0, 200)):
+    def __init__(self, corpus, checkpoint, row_args, beam, batch_size, device, fp16, threads, max_len=(0.0, 200),
+                 timed_sentences=0):
         import torch
         from fairseq import checkpoint_utils, options, tasks, utils
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -140,12 +142,17 @@ class FairseqRunner:
         dataset = self.task.dataset(corpus.subset)
         if len(dataset) == 0:
             raise BenchmarkError(f"the {corpus.subset} split of {corpus.bin} is empty")
-        itr = self.task.get_batch_iterator(
-            dataset=dataset, max_tokens=None, max_sentences=batch_size,
-            max_positions=utils.resolve_max_positions(self.task.max_positions(), *[m.max_positions() for m in models]),
-            ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_workers=0,
-        ).next_epoch_itr(shuffle=False)
-        self.batches = [utils.move_to_cuda(b) if device != "cpu" else b for b in itr]
+        max_positions = utils.resolve_max_positions(self.task.max_positions(), *[m.max_positions() for m in models])
+
+        def batches(data):
+            itr = self.task.get_batch_iterator(
+                dataset=data, max_tokens=None, max_sentences=batch_size, max_positions=max_positions,
+                ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_workers=0,
+            ).next_epoch_itr(shuffle=False)
+            return [utils.move_to_cuda(b) if device != "cpu" else b for b in itr]
+
+        self.batches = batches(dataset)
+        self.timed_batches = batches(FirstSentences(dataset, timed_sentences)) if timed_sentences else self.batches
         self.tgt_dict = self.task.target_dictionary
         self.calls = 0
         # fairseq's EnsembleModel calls decoder.forward() directly (no hooks fire), but every decoder
@@ -211,7 +218,8 @@ def convert_to_ctranslate2(checkpoint, corpus, out_dir):
 
 
 class CTranslate2Runner:
-    def __init__(self, corpus, checkpoint, beam, batch_size, device, threads, work_dir, max_len=(0.0, 200)):
+    def __init__(self, corpus, checkpoint, beam, batch_size, device, threads, work_dir, max_len=(0.0, 200),
+                 timed_sentences=0):
         import ctranslate2
         from fairseq.data import Dictionary, data_utils
 
@@ -228,6 +236,8 @@ class CTranslate2Runner:
         sources = [(i, src_dict.string(data[i][:-1]).split()) for i in range(len(data))]
         sources.sort(key=lambda x: (len(x[1]), x[0]))  # sorted by source length, like fairseq
         self.batches = [sources[i:i + batch_size] for i in range(0, len(sources), batch_size)]
+        timed = [x for x in sources if not timed_sentences or x[0] < timed_sentences]
+        self.timed_batches = [timed[i:i + batch_size] for i in range(0, len(timed), batch_size)]
         self.calls = 0
 
     def decode(self, batches):
@@ -293,17 +303,19 @@ def time_runs(runner, batches, runs, warmup=1):
     return times
 
 
-def timed_subset(batches, n_sentences):
-    """The first batches (in length-sorted order) that hold ``n_sentences`` sentences."""
-    if not n_sentences:
-        return batches
-    out, count = [], 0
-    for b in batches:
-        if count >= n_sentences:
-            break
-        out.append(b)
-        count += len(b["id"]) if isinstance(b, dict) else len(b)
-    return out
+class FirstSentences:
+    """A dataset view holding the sentences with id < n (the corpus split is in hash order, so a
+    random sample of every length), batched in fairseq's length-sorted order: the timed set."""
+
+    def __new__(cls, dataset, n):
+        from fairseq.data import BaseWrapperDataset
+
+        class _First(BaseWrapperDataset):
+            def ordered_indices(self):
+                order = self.dataset.ordered_indices()
+                return order[order < n]
+
+        return _First(dataset)
 
 
 def _n_sentences(batches):
@@ -336,10 +348,11 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         backend = row.get("backend", "fairseq")
         log(f"[bench {n}/{len(plan)}] {row['method']} | beam {beam} | batch {bs}", flush=True)
         if backend == "ctranslate2":
-            runner = CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len)
+            runner = CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences)
         else:
-            runner = FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len)
-        timed = timed_subset(runner.batches, timed_sentences)
+            runner = FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len,
+                                   timed_sentences)
+        timed = runner.timed_batches
         full = quality_batch_size is None or bs == quality_batch_size
         # the quality pass: all sentences (none dropped), or the timed ones when reused from qbs
         runner.reset_stats()
@@ -467,7 +480,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--timed-sentences", type=int, default=0, help="time only the first N sentences (0: all)")
+    ap.add_argument("--timed-sentences", type=int, default=0, help="time only the sentences with id < N, a random sample (0: all)")
     ap.add_argument("--only", nargs="*", help="run only rows whose method contains one of these strings")
     ap.add_argument("--quality-batch-size", type=int, default=None,
                     help="compute BLEU/calls/acceptance once per row at this batch size (default: at every one)")

@@ -25,6 +25,11 @@ for pair in en-de pt_PT-pt_BR; do
   fi
 done
 
+if [ ! -f "$DIR/data/typo-en/bin/dict.en.txt" ]; then
+  say "building the English typo-correction corpus (input-guided decoding's second task)"
+  python scripts/build_typo_corpus.py --out "$DIR/data/typo-en"
+fi
+
 say "training the models of configs/demo_models.txt ($UPDATES updates each)"
 scripts/train_models.sh configs/demo_models.txt "$DIR/data" "$DIR/checkpoints" "$UPDATES"
 
