@@ -63,7 +63,7 @@ class Corpus:
         self.bin = self.folder / "bin"
         if not self.bin.is_dir():
             raise BenchmarkError(f"{self.bin} does not exist: build the corpus first "
-                                 "(scripts/build_message_corpus.py --out {self.folder}) or pass --data")
+                                 f"(scripts/build_message_corpus.py --out {self.folder}) or pass --data")
         dicts = sorted(p.name[len("dict."):-len(".txt")] for p in self.bin.glob("dict.*.txt"))
         pairs = sorted({p.name.split(".")[1] for p in self.bin.glob(f"{subset}.*-*.*.bin")})
         if not pairs:
@@ -102,6 +102,11 @@ class Corpus:
 # ----------------------------------------------------------------------------------------------
 # fairseq backend: the row's arguments parsed by fairseq-generate's own parser
 # ----------------------------------------------------------------------------------------------
+
+
+def hypothesis_text(tgt_dict, tokens, corpus):
+    """Token ids (with EOS) -> detokenised text, the same way for every backend."""
+    return corpus.detokenize(tgt_dict.string([t for t in tokens if t != tgt_dict.eos()]))
 
 
 class FairseqRunner:
@@ -181,10 +186,7 @@ class FairseqRunner:
         return out
 
     def text(self, tokens, corpus):
-        from fairseq import utils
-
-        ids = [t for t in tokens if t != self.tgt_dict.eos()]
-        return corpus.detokenize(self.tgt_dict.string(ids))
+        return hypothesis_text(self.tgt_dict, tokens, corpus)
 
     def model_calls(self):
         s = self.stats()
@@ -252,8 +254,7 @@ class CTranslate2Runner:
         return out
 
     def text(self, tokens, corpus):
-        ids = [t for t in tokens if t != self.tgt_dict.eos()]
-        return corpus.detokenize(self.tgt_dict.string(ids))
+        return hypothesis_text(self.tgt_dict, tokens, corpus)
 
     def stats(self):
         return {}

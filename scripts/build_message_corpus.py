@@ -21,7 +21,6 @@ Usage::
 import argparse
 import gettext
 import hashlib
-import os
 import re
 import subprocess
 import sys

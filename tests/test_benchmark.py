@@ -1,7 +1,6 @@
 """scripts/benchmark.py: output schema (SPEC §4) on a tiny model, and clear errors."""
 import json
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -3,10 +3,9 @@ iteration count of Prop. 1, dependencies point backwards, and the script writes 
 import sys
 
 import pytest
-import torch
 
 from conftest import REPO
-from engine_helpers import MAX_LEN_B, load, mixed_batches, reference_greedy
+from engine_helpers import MAX_LEN_B, load, reference_greedy
 
 
 @pytest.fixture(scope="module")

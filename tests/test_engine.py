@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import PLUGIN_DIR, fairseq_cli, run
-from engine_helpers import (MAX_LEN_B, decode_all, engine, gen_args, load, mismatches, mixed_batches,
+from engine_helpers import (MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches,
                             reference_greedy)
 
 

@@ -13,7 +13,7 @@ layers, norms, output projection) in the same order as ``extract_features_script
 
 Nothing of fairseq is patched; any checkpoint of fairseq's ``transformer`` family works as is.
 """
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
