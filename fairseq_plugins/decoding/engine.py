@@ -138,13 +138,12 @@ class DraftVerifyGenerator:
         stats = self.stats
 
         encoder_out = verifier.encode(net_input)
-        stats["model_calls"] += 0  # the encoder call is not a decoding iteration
         cache = verifier.new_cache()
         out = torch.full((bsz, width), self.pad, dtype=torch.long, device=device)
         out[:, 0] = self.bos
         lp_out = torch.zeros(bsz, width, device=device)  # log-prob of out[:, 1 + s] at index s
         n_gen = torch.zeros(bsz, dtype=torch.long, device=device)
-        rows = torch.arange(bsz, device=device)  # original row of every current row
+        rows = list(range(bsz))  # original row of every current row (host side: no sync to index it)
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad))
         finalized: List[Optional[List[Dict]]] = [None] * bsz
@@ -191,21 +190,22 @@ class DraftVerifyGenerator:
             iteration += 1
             # the one host synchronisation of the iteration
             alive_len = n_gen.masked_fill(ended, 0)
-            host = torch.cat([ended.long(), alive_len.max().view(1),
+            host = torch.cat([ended.long(), n_gen, alive_len.max().view(1),
                               n_gen.masked_fill(ended, width).min().view(1)]).tolist()
-            done, longest, shortest = host[:cur], host[cur], host[cur + 1]
+            done, lengths, longest, shortest = host[:cur], host[cur:2 * cur], host[2 * cur], host[2 * cur + 1]
             if any(done):
                 keep = [i for i, d in enumerate(done) if not d]
                 for i, d in enumerate(done):
                     if d:
-                        finalized[int(rows[i])] = [self._hypothesis(out[i], lp_out[i], int(n_gen[i]))]
+                        finalized[rows[i]] = [self._hypothesis(out[i], lp_out[i], lengths[i])]
                 if not keep:
                     break
                 keep_t = torch.tensor(keep, dtype=torch.long, device=device)
                 cache.select_rows(keep_t)
                 encoder_out = verifier.select_encoder_rows(encoder_out, keep_t)
                 drafter.select_rows(keep_t)
-                out, lp_out, n_gen, count, rows = (t.index_select(0, keep_t) for t in (out, lp_out, n_gen, count, rows))
+                out, lp_out, n_gen, count = (t.index_select(0, keep_t) for t in (out, lp_out, n_gen, count))
+                rows = [rows[i] for i in keep]
             cache.commit(n_gen, count, longest, ragged=shortest != longest)
         if count_stats:
             stats["model_calls"] += iteration
