@@ -159,7 +159,7 @@ class DraftVerifyGenerator:
             steps = n_gen.unsqueeze(1) + arange[:m]  # step s predicts out[:, 1 + s]; input at position s
             tokens = torch.cat([out.gather(1, n_gen.unsqueeze(1)), draft], dim=1)
             positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps  # past max_len: never accepted
-            logits = verifier.logits(tokens, positions, encoder_out, cache)
+            logits, hidden = verifier.forward(tokens, positions, encoder_out, cache)
             if self.temperature != 1.0:
                 logits = logits.div_(self.temperature)
             lprobs = verifier.log_probs(logits)
@@ -183,7 +183,7 @@ class DraftVerifyGenerator:
             n_before = n_gen
             n_gen = n_gen + count
             drafter.observe(StepResult(draft=draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
-                                       n_before=n_before, out=out))
+                                       n_before=n_before, out=out, hidden=hidden))
             if count_stats:
                 counters += torch.stack([torch.minimum(accepted, count).sum(), (draft != self.pad).sum()])
             row_iterations += cur
@@ -256,7 +256,7 @@ def build_draft_verify_generator(task, models, args):
         raise DraftVerifyOptionError("--drafter does not support --prefix-size; drop one of them")
     if _generation_option(args, "print_alignment", None):
         raise DraftVerifyOptionError("--drafter produces no alignments; drop --print-alignment")
-    drafter = build_drafter(cfg, task)
+    drafter = build_drafter(cfg, task, models)
     acceptance = build_acceptance(cfg)
     return DraftVerifyGenerator(
         models, task.target_dictionary, drafter, acceptance,

@@ -84,6 +84,11 @@ class Verifier:
         """Logits ``(B, m, V)`` for ``tokens`` ``(B, m)`` at ``positions`` after each row's cache.
 
         Appends the ``m`` new keys/values of every layer to ``cache`` (the caller cuts back)."""
+        return self.forward(tokens, positions, encoder_out, cache)[0]
+
+    def forward(self, tokens: Tensor, positions: Tensor, encoder_out, cache: DecoderKVCache):
+        """``(logits (B, m, V), features (B, m, d))``: the features are the decoder's last hidden
+        states before the output projection (what drafters such as blockwise heads read)."""
         dec = self.decoder
         x = dec.embed_scale * dec.embed_tokens(tokens)
         if dec.quant_noise is not None:
@@ -109,7 +114,7 @@ class Verifier:
         x = x.transpose(0, 1)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
-        return dec.output_layer(x)
+        return dec.output_layer(x), x
 
     @staticmethod
     def log_probs(logits: Tensor) -> Tensor:

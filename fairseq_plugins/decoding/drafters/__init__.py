@@ -6,7 +6,10 @@ The interface is small, so that adding a drafter never touches the engine:
 * ``propose(out, n_gen)``  ``(B, K)`` draft tokens for the rows' current prefixes (``out[b, 0]``
   is BOS, ``out[b, 1 : n_gen[b] + 1]`` the tokens generated so far); PAD marks "no draft token"
   (never accepted: the verifier gives PAD ``-inf``), ``K = 0`` is a plain greedy step;
-* ``observe(step)``        what the verifier said (:class:`StepResult`);
+* ``observe(step)``        what the verifier said (:class:`StepResult`), including its last hidden
+  states at every fed position (``step.hidden``), so a drafter that is part of the verifier
+  (blockwise heads, Stern §4 "combined scoring and proposal") proposes the next block from the
+  same model call that verified this one;
 * ``select_rows(rows)``    rows were dropped from the batch (finished sentences);
 * ``max_draft(max_len)``   an upper bound of ``K`` (buffer sizes).
 
@@ -44,6 +47,7 @@ class StepResult:
     count: Tensor        # (B,) tokens appended to the output (accepted + the verifier's, cut at EOS)
     n_before: Tensor     # (B,) tokens generated before this step
     out: Tensor          # (B, W) the output buffer after this step
+    hidden: Optional[Tensor] = None  # (B, K+1, d) verifier's last hidden states (before the output projection)
 
 
 class Drafter:
@@ -79,28 +83,28 @@ class NoDraft(Drafter):
 
 
 def _unavailable(what):
-    def factory(cfg, task):
+    def factory(cfg, task, models):
         raise DrafterNotAvailableError(
             f"--drafter {cfg.drafter}: not available yet: needs {what}. Use --drafter none, jacobi_pj, "
             "jacobi_pgj, jacobi_hgj or input_copy meanwhile.")
     return factory
 
 
-def _jacobi(cfg, task):
+def _jacobi(cfg, task, models):
     from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
 
     return JacobiDrafter.from_config(cfg)
 
 
-def _input_copy(cfg, task):
+def _input_copy(cfg, task, models):
     from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
 
     return InputCopyDrafter.from_config(cfg, task)
 
 
-#: name -> factory(cfg, task); a new drafter registers here and nowhere else.
+#: name -> factory(cfg, task, models); a new drafter registers here and nowhere else.
 DRAFTERS = {
-    "none": lambda cfg, task: NoDraft(),
+    "none": lambda cfg, task, models: NoDraft(),
     "jacobi_pj": _jacobi,
     "jacobi_pgj": _jacobi,
     "jacobi_hgj": _jacobi,
@@ -110,7 +114,8 @@ DRAFTERS = {
 }
 
 
-def build_drafter(cfg, task) -> Drafter:
+def build_drafter(cfg, task, models=()) -> Drafter:
+    """The drafter of ``--drafter``; ``models`` are the verifier's (a drafter may read their weights)."""
     if cfg.drafter not in DRAFTERS:
         raise ValueError(f"--drafter {cfg.drafter!r} is unknown; choose one of {', '.join(DRAFTERS)}")
-    return DRAFTERS[cfg.drafter](cfg, task)
+    return DRAFTERS[cfg.drafter](cfg, task, models)
