@@ -124,7 +124,10 @@ class GenerationOrder:
 
     def positions(self, length, offset=0):
         """Positions of slots offset..offset+length-1 (0-based slot t, paper's t = slot+1)."""
-        t = torch.arange(offset, offset + length)
+        return self.positions_at(torch.arange(offset, offset + length))
+
+    def positions_at(self, t):
+        """Positions of the 0-based slot indices ``t`` (any shape): a function of the slot alone."""
         if self.vanilla_positions or self.name in ("l2r", "r2l", "head_tail"):
             return t  # Eq. 5: T_t = t-1 (head_tail: index of the learned embedding)
         if self.name == "multi_segment":
@@ -134,7 +137,10 @@ class GenerationOrder:
 
     def directions(self, length, offset=0):
         """Direction id of every slot (Eq. 10, second part; 0 = left-to-right)."""
-        t = torch.arange(offset, offset + length)
+        return self.directions_at(torch.arange(offset, offset + length))
+
+    def directions_at(self, t):
+        """Direction ids of the 0-based slot indices ``t`` (any shape)."""
         segment = torch.div(t % self.z, self.width, rounding_mode="floor")
         if not self.bidirectional:
             return segment

@@ -58,7 +58,17 @@ def test_jacobi_pj_drafts_the_whole_target_and_hgj_needs_no_length():
     pj.begin(ctx([[5, EOS], [6, EOS]], target_length=torch.tensor([6, 4])))
     out = torch.full((2, 40), PAD)
     out[:, 0] = BOS
-    assert pj.propose(out, torch.zeros(2, dtype=torch.long)).tolist() == [[PAD] * 5, [PAD] * 3 + [PAD] * 2]
+    n = torch.zeros(2, dtype=torch.long)
+    first = pj.propose(out, n)
+    assert first.shape == (2, 20) and (first == PAD).all()  # INITT; the engine trims the call to the widest row
+    top = torch.stack([torch.arange(100, 121), torch.arange(200, 221)])
+    n = step(pj, out, n, first, top, torch.tensor([0, 0]))
+    # the whole rest of each target (length incl. EOS 6 and 4) is drafted from the last iterate
+    from fairseq_plugins.decoding.block_size import draft_lengths
+
+    draft = pj.propose(out, n)
+    assert draft_lengths(draft, PAD).tolist() == [4, 2]
+    assert draft[0, :4].tolist() == [101, 102, 103, 104] and draft[1, :2].tolist() == [201, 202]
     with pytest.raises(ValueError, match="target length"):
         JacobiDrafter("pgj", 3).begin(ctx([[5, EOS]]))
     hgj = JacobiDrafter("hgj", block_size=4)

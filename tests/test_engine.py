@@ -69,54 +69,53 @@ def test_stats_accumulate_and_reset(setup):
 
 # ---- KV cache cut-back ----
 
-def _scratch_lprobs(verifier, encoder_out, tokens):
+def _scratch_lprobs(verifier, src, tokens):
     """Feed ``tokens`` one at a time into a fresh cache; log-probs after each (reference)."""
-    cache = verifier.new_cache()
+    cache = verifier.begin(src, capacity=4)  # grows as needed
     out = []
     for t in range(tokens.size(1)):
-        lp = verifier.log_probs(verifier.logits(tokens[:, t : t + 1], torch.full((tokens.size(0), 1), t), encoder_out, cache))
-        cache.commit(torch.full((tokens.size(0),), t + 1), torch.ones(tokens.size(0), dtype=torch.long), t + 1, False)
+        lp = verifier.log_probs(verifier(cache, tokens[:, t : t + 1], torch.full((tokens.size(0), 1), t))[0])
+        cache.advance(1)
         out.append(lp[:, 0])
     return torch.stack(out, 1)
 
 
 @torch.no_grad()
 def test_decoding_after_rollback_equals_decoding_from_scratch(setup):
+    """Per-row cut-back: rows keep different shares of a verified draft; what they decode next
+    equals decoding their accepted prefix from scratch, also after a row leaves the batch."""
     from fairseq_plugins.decoding.verifier import Verifier
 
     models, task, batches, _ = setup
     verifier = Verifier(models[0])
     sample = batches[8][0]
     src = {k: v[:2] for k, v in sample["net_input"].items()}
-    enc = verifier.encode(src)
     eos = task.target_dictionary.eos()
     g = torch.Generator().manual_seed(3)
     seq = torch.randint(4, len(task.target_dictionary), (2, 12), generator=g)
     seq[:, 0] = eos
+    ref = _scratch_lprobs(verifier, src, seq)
     # rows: 1 prefix token, then a 5-token draft of which row 0 keeps 2 and row 1 keeps 4
-    cache = verifier.new_cache()
-    verifier.logits(seq[:, :1], torch.zeros(2, 1, dtype=torch.long), enc, cache)
-    cache.commit(torch.tensor([1, 1]), torch.tensor([1, 1]), 1, False)
+    cache = verifier.begin(src, capacity=16)
+    verifier(cache, seq[:, :1], torch.zeros(1, dtype=torch.long))
+    cache.advance(1)
     wrong = seq[:, 1:6].clone()
     wrong[0, 2:] = 7  # row 0's draft is right for 2 tokens only, the rest is junk that must be cut
-    verifier.logits(wrong, torch.arange(1, 6).expand(2, 5), enc, cache)
-    keep = torch.tensor([2, 4])
-    cache.commit(1 + keep, keep, 5, True)
+    verifier(cache, wrong, torch.arange(1, 6))
+    cache.commit(torch.tensor([2, 4]), 5, aligned=False)  # lengths 3 and 5
     # continue each row from its own accepted length with the true tokens
     nxt = torch.stack([seq[0, 3:6], seq[1, 5:8]])
     pos = torch.stack([torch.arange(3, 6), torch.arange(5, 8)])
-    got = verifier.log_probs(verifier.logits(nxt, pos, enc, cache))
-    ref = _scratch_lprobs(verifier, enc, seq)
+    got = verifier.log_probs(verifier(cache, nxt, pos)[0])
     assert torch.allclose(got[0], ref[0, 3:6], atol=1e-5)
     assert torch.allclose(got[1], ref[1, 5:8], atol=1e-5)
-    # keep all 3 in both rows, then drop row 1: the single remaining row still has left padding
-    cache.commit(torch.tensor([6, 8]), torch.tensor([3, 3]), 8, True)
-    cache.select_rows(torch.tensor([0]))
-    enc0 = verifier.select_encoder_rows(enc, torch.tensor([0]))
-    got0 = verifier.log_probs(verifier.logits(seq[:1, 6:9], torch.arange(6, 9).view(1, 3), enc0, cache))
+    # keep all 3 in both rows (lengths 6 and 8), then drop row 1: the remaining row is alone and aligned
+    cache.commit(torch.tensor([3, 3]), 8, aligned=False)
+    cache.select_rows(torch.tensor([0]), aligned=True, max_length=6)
+    got0 = verifier.log_probs(verifier(cache, seq[:1, 6:9], torch.arange(6, 9))[0])
     assert torch.allclose(got0[0], ref[0, 6:9], atol=1e-5)
-    cache.commit(torch.tensor([7]), torch.tensor([1]), 7, False)  # accept 1 of 3: cut back a padded row
-    got0 = verifier.log_probs(verifier.logits(seq[:1, 7:11], torch.arange(7, 11).view(1, 4), enc0, cache))
+    cache.commit(torch.tensor([1]), 7, aligned=True)  # accept 1 of 3: cut back the single row
+    got0 = verifier.log_probs(verifier(cache, seq[:1, 7:11], torch.arange(7, 11))[0])
     assert torch.allclose(got0[0], ref[0, 7:11], atol=1e-5)
 
 

@@ -42,7 +42,7 @@ class StubStepper:
         return torch.stack([stub_lprobs(int(s), row.tolist(), self.z)
                             for s, row in zip(self.sentence, decoder_input)])
 
-    def reorder(self, rows):
+    def reorder(self, rows, shrink=False):
         self.sentence = self.sentence[rows]
 
 
@@ -62,7 +62,7 @@ class FixedStepper(StubStepper):
         return lp
 
 
-def reference_search(order, sentence, B, max_len, lenpen, double_topk):
+def reference_search(order, sentence, B, max_len, lenpen, double_topk, min_len=1):
     """Plain-Python Alg. 1 with the same finishing rules as the batched search (module docstring)."""
     z, S, w = order.z, order.segments, order.width
     max_steps = max_len // z + 1
@@ -72,6 +72,9 @@ def reference_search(order, sentence, B, max_len, lenpen, double_topk):
         for hist, _, _ in live:
             lp = stub_lprobs(sentence, [EOS] * z + hist, z)
             lp[:, PAD] = -math.inf
+            for slot in range(z):  # --min-len: an end marker at offset i of a segment keeps >= step*z + i tokens
+                if step * z + slot % w < min_len:
+                    lp[slot, EOS] = -math.inf
             if step == max_steps - 1:  # forced end markers, as _force_end
                 room = max_len - step * z
                 for seg in range(S):
@@ -120,17 +123,17 @@ CASES = [("l2r", 1, 1), ("l2r", 1, 2), ("r2l", 1, 2), ("head_tail", 2, 1), ("int
 
 
 @pytest.mark.parametrize("name,h,c", CASES)
-@pytest.mark.parametrize("beam", [1, 3])
-def test_batched_search_equals_reference(name, h, c, beam):
+@pytest.mark.parametrize("beam,min_len", [(1, 1), (3, 1), (3, 5)])
+def test_batched_search_equals_reference(name, h, c, beam, min_len):
     order = get_order(name, h, c)
-    gen = MultiTokenBeamSearch(order, dictionary(), beam_size=beam, lenpen=1.0)
+    gen = MultiTokenBeamSearch(order, dictionary(), beam_size=beam, lenpen=1.0, min_len=min_len)
     bsz = 4
     out = gen.search(StubStepper(bsz, beam, order.z), bsz, max_len=9, device=torch.device("cpu"))
     for s in range(bsz):
         got = [(round(float(h["score"]), 4), h["tokens"].tolist()) for h in out[s]]
-        assert got == reference_search(order, s, beam, 9, 1.0, False)
+        assert got == reference_search(order, s, beam, 9, 1.0, False, min_len=min_len)
         for h in out[s]:
-            assert len(h["tokens"]) <= 10  # max_len natural tokens + EOS
+            assert min_len + 1 <= len(h["tokens"]) <= 10  # min_len..max_len natural tokens + EOS
     assert gen.stats["model_calls"] >= 1 and gen.stats["steps"] == gen.stats["model_calls"]
 
 
@@ -238,6 +241,11 @@ def test_cli_train_and_generate_interleave(tiny_corpus, tmp_path):
     t_lines = {int(line.split("\t")[0][2:]): line.split("\t")[1] for line in out.splitlines() if line.startswith("T-")}
     same = sum(t_lines[i] == refs[i] for i in t_lines)
     assert same >= 0.95 * len(refs), "T- lines must be the natural-order references"
+    # without order flags fairseq-generate decodes in the checkpoint's own order: the same hypotheses
+    plain = run([fairseq_cli("fairseq-generate"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR,
+                 "--task", "fast_translation", "--path", str(save / "checkpoint_last.pt"),
+                 "--beam", "2", "--batch-size", "64", "--max-len-b", "20", "--cpu", "--gen-subset", "test"]).stdout
+    assert sorted(line for line in plain.splitlines() if line.startswith("H-")) == sorted(hyps)
     # a checkpoint trained with interleave refuses another order
     with pytest.raises(AssertionError, match="trained with order interleave"):
         run([fairseq_cli("fairseq-generate"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR,

@@ -7,6 +7,7 @@ from fairseq.modules import SinusoidalPositionalEmbedding
 
 from _reorder_utils import ORDER_CASES, build, parse_train_args
 from fairseq_plugins.data.reordered_dataset import ReorderedLanguagePairDataset
+from fairseq_plugins.decoding.multi_token_beam import ModelStepper
 from fairseq_plugins.models.reordered_transformer import signed_sinusoid
 from fairseq_plugins.orders import get_order
 from fairseq_plugins.tasks.fast_translation import FastTranslationOptionError, check_model_matches_task
@@ -14,20 +15,23 @@ from fairseq_plugins.tasks.fast_translation import FastTranslationOptionError, c
 
 @pytest.mark.parametrize("name,h,c,flags", ORDER_CASES, ids=lambda v: str(v))
 def test_training_forward_equals_incremental_decoding(tmp_path, name, h, c, flags):
+    """fairseq's own training forward (with the order's slot embeddings and M(h,c)) and the lean
+    step the beam search decodes with, z slots per call into the KV cache, give the same log-probs
+    (sources of different lengths, left-padded as fairseq does)."""
     task, model, _ = build(tmp_path, name, h, c, flags)
-    z = model.generation_order.z
+    order = model.generation_order
+    z = order.z
     torch.manual_seed(1)
+    pad = task.source_dictionary.pad()
     src = torch.randint(4, 40, (3, 7))
-    src_len = torch.tensor([7, 7, 7])
+    src[0, :3] = pad
+    src_len = torch.tensor([4, 7, 7])
     tgt = torch.randint(4, 40, (3, 4 * z))
     prev = torch.cat([torch.full((3, z), task.target_dictionary.eos()), tgt[:, :-z]], 1)
     with torch.no_grad():
         full = model.get_normalized_probs(model(src, src_len, prev), log_probs=True)
-        enc = model.encoder(src, src_lengths=src_len)
-        state, steps = {}, []
-        for k in range(4):
-            out = model.decoder(prev[:, :(k + 1) * z], encoder_out=enc, incremental_state=state)
-            steps.append(model.get_normalized_probs(out, log_probs=True))
+        stepper = ModelStepper(model, {"src_tokens": src, "src_lengths": src_len}, 1, 2, order)  # capacity grows
+        steps = [stepper.step(prev[:, :(k + 1) * z]) for k in range(4)]
     torch.testing.assert_close(full, torch.cat(steps, 1), atol=1e-5, rtol=0)
 
 
@@ -61,13 +65,11 @@ def test_collater_shifts_by_z_and_keeps_natural_reference(tmp_path):
     order = get_order("interleave", 2, 2)
     batch = ReorderedLanguagePairDataset(base, order).collater([base[0], base[1]])
     for row, i in enumerate(batch["id"].tolist()):
-        want, positions, directions = order.reorder(tgts[i][:-1], eos=eos)
+        want = order.reorder(tgts[i][:-1], eos=eos)[0]
         got = batch["target"][row]
         assert got[got.ne(pad)].tolist() == want.tolist()
         prev = batch["net_input"]["prev_output_tokens"][row]
         assert prev[:4].tolist() == [eos] * 4 and prev[4:len(want)].tolist() == want[:-4].tolist()
-        assert batch["net_input"]["target_positions"][row, :len(want)].tolist() == positions.tolist()
-        assert batch["net_input"]["target_directions"][row, :len(want)].tolist() == directions.tolist()
         nat = batch["natural_target"][row]
         assert nat[nat.ne(pad)].tolist() == tgts[i].tolist()
     assert batch["ntokens"] == 4 + 8  # ceil((n+1)/z)*z slots: n=3 -> 4, n=6 -> 8
@@ -105,3 +107,53 @@ def test_inconsistent_flags_are_clear_errors(tmp_path):
     with pytest.raises(FastTranslationOptionError, match="--double-topk"):
         tasks.setup_task(parse_train_args(tmp_path, ["--arch", "reordered_transformer_tiny", "--target-order",
                                                      "multi_segment", "--double-topk"]))
+
+
+def test_checkpoint_of_an_older_format_is_refused(tmp_path):
+    """A reordered checkpoint without the format marker (trained before distinct start slots) must not
+    be decoded silently wrong: loading it says what changed and to retrain."""
+    from fairseq_plugins.models.reordered_transformer import ReorderedCheckpointError
+
+    _, model, _ = build(tmp_path, "interleave", 2, 2)
+    state = model.state_dict()
+    model.load_state_dict(state)  # the current format loads
+    del state["decoder.embed_positions.format_version"]
+    state.pop("decoder.embed_positions.start.weight")
+    with pytest.raises(ReorderedCheckpointError, match="format 1.*Retrain"):
+        model.load_state_dict(state)
+
+
+def test_init_from_l2r_takes_the_l2r_weights_and_keeps_order_embeddings_fresh(tmp_path):
+    from fairseq import checkpoint_utils
+
+    from fairseq_plugins.models.reordered_transformer import ReorderedCheckpointError, init_from_l2r
+
+    for sub in "abc":
+        (tmp_path / sub).mkdir()
+    _, l2r, l2r_args = build(tmp_path / "a", "l2r", None, 1, arch="transformer_fast_tiny", seed=5)
+    ckpt = tmp_path / "l2r.pt"
+    checkpoint_utils.torch_persistent_save(  # the fields of a fairseq-train checkpoint that loading reads
+        {"model": l2r.state_dict(), "args": l2r_args, "extra_state": {},
+         "optimizer_history": [{"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {},
+                                "num_updates": 0}]}, str(ckpt))
+    _, model, _ = build(tmp_path / "b", "interleave", 2, 1, seed=6)
+    fresh = model.decoder.embed_positions.start.weight.clone()
+    init_from_l2r(model, str(ckpt))
+    for name, value in l2r.state_dict().items():
+        if "embed_positions" not in name:
+            torch.testing.assert_close(model.state_dict()[name], value, rtol=0, atol=0)
+    torch.testing.assert_close(model.decoder.embed_positions.start.weight, fresh)
+    _, small, _ = build(tmp_path / "c", "interleave", 2, 1, flags=["--decoder-embed-dim", "16",
+                                                                   "--encoder-embed-dim", "16"])
+    with pytest.raises(ReorderedCheckpointError, match="does not match this model's size"):
+        init_from_l2r(small, str(ckpt))
+    # an L2R model with separate embeddings cannot seed one that ties them (one tensor, three values)
+    (tmp_path / "d").mkdir()
+    _, unshared, unshared_args = build(tmp_path / "d", "l2r", None, 1, arch="transformer", seed=7)
+    ckpt2 = tmp_path / "unshared.pt"
+    checkpoint_utils.torch_persistent_save(
+        {"model": unshared.state_dict(), "args": unshared_args, "extra_state": {},
+         "optimizer_history": [{"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {},
+                                "num_updates": 0}]}, str(ckpt2))
+    with pytest.raises(ReorderedCheckpointError, match="share embeddings differently"):
+        init_from_l2r(model, str(ckpt2))

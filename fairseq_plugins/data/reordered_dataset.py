@@ -6,9 +6,9 @@ generation order (SPEC §1), for training and validating multi-token decoders.
 * ``target``: the reordered target (generation order, end markers included, length a multiple
   of z) -- what the criterion scores;
 * ``net_input.prev_output_tokens``: the target shifted right by z, with z start symbols (EOS, as
-  fairseq starts its decoder with EOS) in front (IBDecoder footnote 3);
-* ``net_input.target_positions`` / ``net_input.target_directions``: the order's positions
-  (Eq. 5/7/10) and direction ids of every decoder slot;
+  fairseq starts its decoder with EOS) in front (IBDecoder footnote 3); the model tells the z start
+  slots apart by its start-slot embedding (``OrderEmbedding``), and derives the order's positions
+  and directions (Eq. 5/7/10) from the slot index;
 * ``natural_target``: fairseq's own natural-order target (with EOS).  ``fairseq-generate`` prints
   and scores ``sample['target']``; ``FastTranslationTask.inference_step`` puts the natural copy
   back there after decoding, so T- lines and BLEU use the natural reference.
@@ -47,8 +47,6 @@ class ReorderedLanguagePairDataset(BaseWrapperDataset):
         net_input = batch["net_input"]
         net_input["prev_output_tokens"] = data_utils.collate_tokens(
             [torch.cat([starts, t[:-z]]) for t in tokens], self.pad)
-        net_input["target_positions"] = data_utils.collate_tokens([r[1] for r in reordered], 0)
-        net_input["target_directions"] = data_utils.collate_tokens([r[2] for r in reordered], 0)
         return batch
 
     def _strip(self, row):

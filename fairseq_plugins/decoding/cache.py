@@ -1,76 +1,94 @@
-"""Per-row self-attention KV cache on top of fairseq's incremental state.
+"""Preallocated per-row key/value cache of the lean decoder step (``step.DecoderStep``).
 
-fairseq's :class:`~fairseq.modules.MultiheadAttention` keeps, per layer, ``prev_key`` /
-``prev_value`` of shape ``(bsz, heads, T, head_dim)`` and an optional ``prev_key_padding_mask``
-``(bsz, T)``, and *concatenates* the keys of the new tokens on every call.  A draft-and-verify
-call appends ``m`` entries to every row; afterwards each row keeps only its accepted ``c_b``
-of them (SPEC §2: "the self-attention cache is then cut back to the accepted length").
+Every row keeps its self-attention keys and values left-aligned in buffers of a fixed capacity,
+one pair per layer, ``(B, heads, capacity, head_dim)``; ``lengths[b]`` entries of row ``b`` are
+valid.  A decoder call over ``m`` new tokens writes their keys/values *in place* at columns
+``lengths[b] .. lengths[b]+m-1`` (a slice assignment when every row has the same length, one
+scatter per tensor otherwise) and attends to the first ``max(lengths) + m`` columns under a mask
+that hides each row's columns past its own length.  Cutting a row back to the tokens it accepted
+(draft and verify, SPEC §2) is ``commit``: the lengths move on by the accepted counts; the
+rejected columns are simply overwritten by the next call.  Nothing is concatenated, nothing
+gathered, the prefix is never recomputed.
 
-Layout chosen here (batch > 1, different ``c_b`` per row): **right-aligned rows with a left
-key-padding mask**.  Row ``b`` holds its ``v_b`` valid entries in the last ``v_b`` columns; the
-columns before are masked.  Because fairseq appends new keys at the right end, a row's kept
-entries (old valid ones + the first ``c_b`` new ones) are one contiguous window, so the cut-back
-is a single gather of that window per tensor, and the physical length stays ``max_b v_b``
-(no holes, no growth, the prefix is never recomputed).  Attention does not depend on where a
-key sits in the buffer (positions are added at the embedding), only on the mask, so the padding
-on the left is invisible to the model.  With one unpadded row the cut-back is a plain slice.
+The encoder's keys and values are projected once per batch (``enc_k``/``enc_v``).  Rows leave the
+batch (finished sentences) or are reordered (beam search) with ``select_rows``: an index_select of
+the used columns only.
 
-The encoder-attention cache (``static_kv``) is left untouched except when rows are dropped.
+``lengths`` lives on the device (it indexes the writes); ``max_length`` and ``aligned`` are host
+values that the caller keeps in step with it (the engine learns them from its one host
+synchronisation per iteration), so no call here synchronises.
 """
-from typing import Dict, Optional
+from typing import List, Optional
 
 import torch
 from torch import Tensor
 
-IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
 
+class KVCache:
+    def __init__(self, k: List[Tensor], v: List[Tensor], enc_k: List[Tensor], enc_v: List[Tensor],
+                 enc_mask: Optional[Tensor]):
+        self.k, self.v = k, v                    # per layer (B, H, capacity, dh)
+        self.enc_k, self.enc_v = enc_k, enc_v    # per layer (B, H, S, dh)
+        self.enc_mask = enc_mask                 # (B, 1, 1, S) bool, True = a real source token; None: no padding
+        bsz = k[0].size(0) if k else enc_k[0].size(0)
+        device = (k or enc_k)[0].device
+        self.lengths = torch.zeros(bsz, dtype=torch.long, device=device)
+        self.max_length = 0                      # host: max(lengths)
+        self.aligned = True                      # host: every row has max_length entries
 
-class DecoderKVCache:
-    """Cut-back and row selection for the incremental state of one fairseq transformer decoder."""
+    @property
+    def capacity(self) -> int:
+        return self.k[0].size(2) if self.k else 0
 
-    def __init__(self, decoder, state: IncrementalState):
-        self.state = state
-        self.self_attns = [layer.self_attn for layer in decoder.layers]
-        self.enc_attns = [layer.encoder_attn for layer in decoder.layers if layer.encoder_attn is not None]
-        self.physical = 0  # columns currently held by every row (host int)
-        self.padded = False  # whether some row has left padding (a single row can, after others left)
+    @property
+    def batch_size(self) -> int:
+        return self.lengths.size(0)
 
-    def commit(self, valid_after: Tensor, keep: Tensor, new_physical: int, ragged: bool):
-        """Keep, per row, the first ``keep[b]`` of the entries the last call appended.
+    def ensure_capacity(self, needed: int):
+        """Grow the self-attention buffers (doubling) when a call would write past them."""
+        if needed <= self.capacity:
+            return
+        new = max(needed, 2 * self.capacity)
+        for buffers in (self.k, self.v):
+            for i, buf in enumerate(buffers):
+                grown = buf.new_zeros(buf.size(0), buf.size(1), new, buf.size(3))
+                grown[:, :, : self.max_length] = buf[:, :, : self.max_length]
+                buffers[i] = grown
 
-        ``valid_after[b]``: entries row ``b`` holds after the cut (old valid + ``keep[b]``);
-        ``new_physical``: ``max_b valid_after[b]`` and ``ragged``: whether some row holds fewer
-        (host values: the engine synchronises once per iteration and passes them in).
-        """
-        bsz = keep.size(0)
-        old = self.physical
-        index = pad = None
-        if bsz > 1 or self.padded:
-            # the window of row b ends right after its kept entries: columns [old + keep_b - P', old + keep_b)
-            cols = torch.arange(new_physical, device=keep.device)
-            index = ((old + keep - new_physical).unsqueeze(1) + cols).clamp_(min=0)  # < 0: padding anyway
-            if ragged:
-                pad = cols.unsqueeze(0) < (new_physical - valid_after).unsqueeze(1)
-        for attn in self.self_attns:
-            buf = attn._get_input_buffer(self.state)
-            k, v = buf["prev_key"], buf["prev_value"]
-            if index is None:  # one unpadded row: its entries are the first new_physical columns
-                k, v = k[:, :, :new_physical], v[:, :, :new_physical]
-            else:
-                gidx = index.view(bsz, 1, new_physical, 1).expand(bsz, k.size(1), new_physical, k.size(3))
-                k, v = k.gather(2, gidx), v.gather(2, gidx)
-            buf["prev_key"], buf["prev_value"], buf["prev_key_padding_mask"] = k, v, pad
-            attn._set_input_buffer(self.state, buf)
-        self.physical = new_physical
-        self.padded = ragged
+    def commit(self, counts: Tensor, max_length: int, aligned: bool):
+        """Keep, per row, the first ``counts[b]`` entries the last call wrote (cut back the rest).
+        ``max_length`` / ``aligned``: the new ``max(lengths)`` and whether all rows are equal (host)."""
+        self.lengths = self.lengths + counts
+        self.max_length, self.aligned = int(max_length), bool(aligned)
 
-    def select_rows(self, rows: Tensor):
-        """Keep only ``rows`` (e.g. drop finished sentences) in every self- and encoder-attention buffer."""
-        for attn in self.self_attns + self.enc_attns:
-            buf = attn._get_input_buffer(self.state)
-            if not buf:
-                continue
-            for key, value in list(buf.items()):
-                if value is not None:
-                    buf[key] = value.index_select(0, rows)
-            attn._set_input_buffer(self.state, buf)
+    def advance(self, count: int):
+        """Every row keeps all ``count`` entries of the last call (greedy, beam search): host-only bookkeeping."""
+        self.lengths = self.lengths + count
+        self.max_length += count
+
+    def select_rows(self, rows: Tensor, aligned: Optional[bool] = None, max_length: Optional[int] = None):
+        """Keep only ``rows`` (finished sentences leave; beam search reorders), in that order."""
+        used = self.max_length
+        for buffers in (self.k, self.v):
+            for i, buf in enumerate(buffers):
+                kept = buf.new_zeros(rows.numel(), buf.size(1), buf.size(2), buf.size(3))
+                kept[:, :, :used] = buf[:, :, :used].index_select(0, rows)
+                buffers[i] = kept
+        self.enc_k = [t.index_select(0, rows) for t in self.enc_k]
+        self.enc_v = [t.index_select(0, rows) for t in self.enc_v]
+        if self.enc_mask is not None:
+            self.enc_mask = self.enc_mask.index_select(0, rows)
+        self.lengths = self.lengths.index_select(0, rows)
+        if max_length is not None:
+            self.max_length = int(max_length)
+        if aligned is not None:
+            self.aligned = bool(aligned)
+
+    def reorder(self, rows: Tensor):
+        """Beam search within the same sentences: row i continues row ``rows[i]`` (the rows of one
+        sentence share its encoder states, so only the self-attention entries move)."""
+        used = self.max_length
+        for buffers in (self.k, self.v):
+            for buf in buffers:
+                buf[:, :, :used] = buf[:, :, :used].index_select(0, rows)
+        self.lengths = self.lengths.index_select(0, rows)

@@ -2,21 +2,26 @@
 
 Per iteration, for all unfinished rows at once:
 
-1. the drafter proposes ``K`` tokens per row (PAD = none);
-2. the verifier scores ``[last token, d_1..d_K]`` after each row's KV cache in ONE incremental call
-   (causal mask inside the draft, each row's logical positions);
+1. the drafter proposes up to ``K`` tokens per row (PAD = none; a row may propose fewer), capped
+   per row by the block-size policy (``block_size``: fixed, or adapted to the row's acceptance);
+2. the verifier scores ``[last token, d_1..d_k]`` after each row's KV cache in ONE call of the lean
+   decoder step (causal inside the draft, each row's logical positions), ``k`` = the widest useful
+   draft of the batch, not ``K``;
 3. fairseq's greedy constraints are applied to the log-probs (PAD, unk penalty, no EOS before
    ``min_len``, EOS forced at ``max_len``), the acceptance rule picks ``n`` draft tokens, and the
    row is extended by ``d_1..d_n`` plus the verifier's own token at the bifurcation (Stern et al.
-   §3 "accept"; GAD Eq. 7), cut after an EOS;
-4. one host synchronisation tells which rows finished (they leave the batch) and the new cache
-   length; the self-attention cache is cut back to each row's accepted length
-   (``cache.DecoderKVCache``: right-aligned rows, left key-padding mask, no recomputation).
+   §3 "accept"; GAD Eq. 7), cut after an EOS; the drafter observes the result (with the
+   verifier's hidden states) and proposes the next draft;
+4. one host synchronisation tells which rows finished (they leave the batch), the rows' new
+   lengths and the next draft's width; the self-attention cache is cut back to each row's
+   accepted length (``cache.KVCache``: per-row lengths in preallocated buffers, no recomputation).
 
 With ``--acceptance exact`` the result equals fairseq's ``SequenceGenerator`` with ``--beam 1``
 token for token (same max_len formula, including its cap by the model's max positions, same
-min_len/unk/pad handling, scores accumulated the same way).  Hypotheses are fairseq's dicts, so
-``fairseq-generate`` prints and scores them as usual.
+min_len/unk/pad handling, scores accumulated the same way, and the verifier's token picked as
+fairseq picks it: ``topk`` over the log-probs plus the running score, so exact ties and ties made
+by adding the score break the same way).  Hypotheses are fairseq's dicts, so ``fairseq-generate``
+prints and scores them as usual.
 
 ``generator.stats`` accumulates over ``generate`` calls: ``model_calls`` (decoder calls),
 ``iterations`` (row-iterations: one per row per call it took part in), ``accepted_tokens`` (tokens
@@ -32,6 +37,7 @@ import torch
 from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
+from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock, draft_lengths
 from fairseq_plugins.decoding.drafters import DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.verifier import Verifier
 
@@ -47,7 +53,7 @@ STAT_KEYS = ("model_calls", "iterations", "accepted_tokens", "draft_accepted", "
 class DraftVerifyGenerator:
     def __init__(self, models, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule, *, max_len_a=0.0,
                  max_len_b=200, min_len=1, unk_penalty=0.0, len_penalty=1.0, normalize_scores=True,
-                 temperature=1.0, max_len=0, jacobi_length="max"):
+                 temperature=1.0, max_len=0, jacobi_length="max", adaptive_block_size="auto"):
         if len(models) != 1:
             raise DraftVerifyOptionError(
                 f"--drafter verifies with one model; got an ensemble of {len(models)} (--path a:b). Pass one checkpoint.")
@@ -70,6 +76,10 @@ class DraftVerifyGenerator:
         if jacobi_length not in ("max", "greedy_oracle"):
             raise DraftVerifyOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
         self.length_oracle = jacobi_length == "greedy_oracle" and drafter.needs_target_length
+        if adaptive_block_size not in ("auto", "on", "off"):
+            raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
+        adaptive = drafter.adaptive_block if adaptive_block_size == "auto" else adaptive_block_size == "on"
+        self.block_policy = AdaptiveBlock if adaptive else FixedBlock
         self.reset_stats()
 
     # ---- stats ----
@@ -137,62 +147,101 @@ class DraftVerifyGenerator:
         width = max_len + kmax + 2
         stats = self.stats
 
-        encoder_out = verifier.encode(net_input)
-        cache = verifier.new_cache()
+        cache = verifier.begin(net_input, capacity=max_len + 2 + min(kmax, 16))
         out = torch.full((bsz, width), self.pad, dtype=torch.long, device=device)
         out[:, 0] = self.bos
         lp_out = torch.zeros(bsz, width, device=device)  # log-prob of out[:, 1 + s] at index s
+        score = torch.zeros(bsz, device=device)  # running score, as fairseq's scores[:, step - 1]
         n_gen = torch.zeros(bsz, dtype=torch.long, device=device)
         rows = list(range(bsz))  # original row of every current row (host side: no sync to index it)
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad))
+        policy = self.block_policy()
+        policy.begin(bsz, kmax, device)
         finalized: List[Optional[List[Dict]]] = [None] * bsz
         counters = torch.zeros(2, dtype=torch.long, device=device)  # draft_accepted, draft_tokens
         arange = torch.arange(width + 1, device=device)
         not_eos = torch.ones(self.vocab_size, dtype=torch.bool, device=device)
         not_eos[self.eos] = False
-        longest, iteration, row_iterations = 0, 0, 0
+        lengths = [0] * bsz  # host copy of n_gen
+        iteration, row_iterations = 0, 0
+        draft = policy.cap(drafter.propose(out, n_gen), self.pad)
+        if draft.size(1):  # trim to the widest useful draft (one sync before the first call)
+            draft = draft[:, : int(draft_lengths(draft, self.pad).max())]
         while True:
             cur = n_gen.size(0)
-            draft = drafter.propose(out, n_gen)
             m = draft.size(1) + 1
-            steps = n_gen.unsqueeze(1) + arange[:m]  # step s predicts out[:, 1 + s]; input at position s
-            tokens = torch.cat([out.gather(1, n_gen.unsqueeze(1)), draft], dim=1)
-            positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps  # past max_len: never accepted
-            logits, hidden = verifier.forward(tokens, positions, encoder_out, cache)
+            longest = max(lengths)
+            if cache.aligned:  # every row at the same step: one slice, positions shared by all rows
+                steps = arange[longest : longest + m]
+                last = out[:, longest : longest + 1]
+            else:
+                steps = n_gen.unsqueeze(1) + arange[:m]  # step s predicts out[:, 1 + s]; input at position s
+                last = out.gather(1, n_gen.unsqueeze(1))
+            tokens = torch.cat([last, draft], dim=1) if m > 1 else last
+            # positions past max_len are never accepted (EOS forced there); keep them inside the table
+            positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps
+            logits, hidden = verifier(cache, tokens, positions)
             if self.temperature != 1.0:
                 logits = logits.div_(self.temperature)
             lprobs = verifier.log_probs(logits)
             # fairseq's greedy constraints (sequence_generator.py: pad, unk, max_len, min_len)
             lprobs[:, :, self.pad] = -math.inf
-            lprobs[:, :, self.unk] -= self.unk_penalty
+            if self.unk_penalty:
+                lprobs[:, :, self.unk] -= self.unk_penalty
             if longest + m - 1 >= max_len:
-                lprobs.masked_fill_((steps >= max_len).unsqueeze(2) & not_eos, -math.inf)
+                lprobs.masked_fill_((steps >= max_len).unsqueeze(-1) & not_eos, -math.inf)
             if iteration < self.min_len:  # every row has >= iteration tokens
-                lprobs[:, :, self.eos].masked_fill_(steps < self.min_len, -math.inf)
-            top_lprob, top = lprobs.max(dim=2)
-            accepted = acceptance(draft, lprobs, top)
-            # accepted drafts, then the verifier's own token at the bifurcation; cut after EOS
-            fed = arange[:m].unsqueeze(0)
-            new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft, top[:, -1:]], dim=1), top)
-            is_eos = (new == self.eos) & (fed <= accepted.unsqueeze(1))
-            ended = is_eos.any(dim=1)
-            count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, accepted + 1)
-            out.scatter_(1, steps + 1, new)
-            lp_out.scatter_(1, steps, lprobs.gather(2, new.unsqueeze(2)).squeeze(2))
+                lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
+            # the verifier's own token where fairseq's BeamSearch.step puts it: topk over lprobs + running score
+            running = self._running_scores(score, lprobs, draft)
+            top = (lprobs + running.unsqueeze(2)).topk(2 if self.vocab_size > 2 else 1, dim=2).indices[..., 0]
+            top_lprob = lprobs.gather(2, top.unsqueeze(2)).squeeze(2)
+            if m > 1:
+                accepted = acceptance(draft, lprobs, top)
+                fed = arange[:m].unsqueeze(0)
+                new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft, top[:, -1:]], dim=1), top)
+                new_lp = lprobs.gather(2, new.unsqueeze(2)).squeeze(2)
+                is_eos = (new == self.eos) & (fed <= accepted.unsqueeze(1))
+                ended = is_eos.any(dim=1)
+                count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, accepted + 1)
+                out.scatter_(1, (n_gen.unsqueeze(1) + 1 + arange[:m]).clamp(max=width - 1), new)
+                lp_out.scatter_(1, (n_gen.unsqueeze(1) + arange[:m]).clamp(max=width - 1), new_lp)
+                for i in range(m):  # fairseq adds one token's log-prob at a time (float32 rounding as there)
+                    score = torch.where(count > i, score + new_lp[:, i], score)
+            else:  # a plain greedy step
+                accepted = torch.zeros_like(n_gen)
+                new, new_lp = top, top_lprob
+                ended = new[:, 0] == self.eos
+                count = torch.ones_like(n_gen)
+                if cache.aligned:
+                    out[:, longest + 1 : longest + 2] = new
+                    lp_out[:, longest : longest + 1] = new_lp
+                else:
+                    out.scatter_(1, n_gen.unsqueeze(1) + 1, new)
+                    lp_out.scatter_(1, n_gen.unsqueeze(1), new_lp)
+                score = score + new_lp[:, 0]
             n_before = n_gen
             n_gen = n_gen + count
             drafter.observe(StepResult(draft=draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
                                        n_before=n_before, out=out, hidden=hidden))
-            if count_stats:
-                counters += torch.stack([torch.minimum(accepted, count).sum(), (draft != self.pad).sum()])
+            proposed = draft_lengths(draft, self.pad)
+            if count_stats and m > 1:
+                counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
+            policy.update(proposed, accepted)
+            draft = policy.cap(drafter.propose(out, n_gen), self.pad)  # the next draft, before the sync
             row_iterations += cur
             iteration += 1
-            # the one host synchronisation of the iteration
-            alive_len = n_gen.masked_fill(ended, 0)
-            host = torch.cat([ended.long(), n_gen, alive_len.max().view(1),
-                              n_gen.masked_fill(ended, width).min().view(1)]).tolist()
-            done, lengths, longest, shortest = host[:cur], host[cur:2 * cur], host[2 * cur], host[2 * cur + 1]
+            # the one host synchronisation of the iteration: finished rows, lengths, next draft width
+            if draft.size(1):
+                host = torch.cat([ended.long(), n_gen, draft_lengths(draft, self.pad).masked_fill(ended, 0)
+                                  .max().view(1)]).tolist()
+                k_next = host[2 * cur]
+            else:
+                host = torch.cat([ended.long(), n_gen]).tolist()
+                k_next = 0
+            done, lengths = host[:cur], host[cur : 2 * cur]
+            cache.commit(count, max(lengths), min(lengths) == max(lengths))  # cut back to the accepted tokens
             if any(done):
                 keep = [i for i, d in enumerate(done) if not d]
                 for i, d in enumerate(done):
@@ -201,12 +250,14 @@ class DraftVerifyGenerator:
                 if not keep:
                     break
                 keep_t = torch.tensor(keep, dtype=torch.long, device=device)
-                cache.select_rows(keep_t)
-                encoder_out = verifier.select_encoder_rows(encoder_out, keep_t)
-                drafter.select_rows(keep_t)
-                out, lp_out, n_gen, count = (t.index_select(0, keep_t) for t in (out, lp_out, n_gen, count))
                 rows = [rows[i] for i in keep]
-            cache.commit(n_gen, count, longest, ragged=shortest != longest)
+                lengths = [lengths[i] for i in keep]
+                cache.select_rows(keep_t, aligned=min(lengths) == max(lengths), max_length=max(lengths))
+                drafter.select_rows(keep_t)
+                policy.select_rows(keep_t)
+                out, lp_out, n_gen, score, draft = (t.index_select(0, keep_t) for t in (out, lp_out, n_gen, score, draft))
+            if draft.size(1) > k_next:
+                draft = draft[:, :k_next]
         if count_stats:
             stats["model_calls"] += iteration
             stats["iterations"] += row_iterations
@@ -220,6 +271,20 @@ class DraftVerifyGenerator:
         else:
             stats["model_calls"] += iteration
         return finalized
+
+    @staticmethod
+    def _running_scores(score: Tensor, lprobs: Tensor, draft: Tensor) -> Tensor:
+        """fairseq's running score before each fed position ``(B, m)``: the row's score, then the
+        draft tokens' log-probs added one at a time (a draft token counts only while accepted,
+        and where one is rejected the later positions are not used)."""
+        if draft.size(1) == 0:
+            return score.unsqueeze(1)
+        lp = lprobs[:, : draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
+        lp = lp.masked_fill(~torch.isfinite(lp), 0.0)  # past an inadmissible draft token only ties matter, not sums
+        running = [score]
+        for i in range(draft.size(1)):
+            running.append(running[-1] + lp[:, i])
+        return torch.stack(running, dim=1)
 
     def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int) -> Dict:
         tokens = out_row[1 : n + 1].clone()
@@ -265,4 +330,5 @@ def build_draft_verify_generator(task, models, args):
         len_penalty=_generation_option(args, "lenpen", 1.0),
         normalize_scores=not _generation_option(args, "unnormalized", False),
         temperature=_generation_option(args, "temperature", 1.0), jacobi_length=cfg.jacobi_length,
+        adaptive_block_size=getattr(cfg, "adaptive_block_size", "auto"),
     )

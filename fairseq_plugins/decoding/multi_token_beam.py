@@ -8,6 +8,10 @@ Each step the decoder scores z = h*c new slots of every hypothesis at once (one 
   suffix), then the B*B candidates of the beam ranked by total score.
 * DOUBLETOPK (Imamura Alg. 1, h=2, c=1, ``--double-topk``): over the whole beam the top 2W left
   tokens, then the top 3W (left, right) pairs, right tokens taken from the full vocabulary.
+* Stopping rule: a hypothesis ends at the first step whose group holds an end marker (EOS, which
+  doubles as EOD); the group's tokens after the end marker (per segment) are dropped.  ``--min-len``
+  forbids end markers that would leave fewer natural tokens (``_forbid_early_end``), as fairseq's
+  no-EOS-before-min_len.
 * Finishing (Alg. 1 line 10 / Imamura lines 8-11): a candidate whose group holds an end marker
   (EOS, which doubles as EOD) is finished; finished candidates ranked within the top B are
   finalized (fairseq's rule: only competitive finished hypotheses are kept), and the beam goes
@@ -26,43 +30,63 @@ import math
 
 import torch
 
+from fairseq_plugins.decoding.step import DecoderStep
 from fairseq_plugins.orders import OrderError
 
 
 class ModelStepper:
-    """One fairseq encoder-decoder model driven incrementally: z new slots per call, KV cache."""
+    """One reordered model driven through the lean decoder step (``step.DecoderStep``): z new slots
+    per call into a preallocated KV cache; the slots of a step see one another (M(h,c), Eq. 4)."""
 
-    def __init__(self, model, net_input, beam):
-        self.model = model
+    def __init__(self, model, net_input, beam, capacity, order):
         src_tokens = net_input["src_tokens"]
         encoder_out = model.encoder.forward_torchscript(
             {"src_tokens": src_tokens, "src_lengths": net_input["src_lengths"]})
         expand = torch.arange(src_tokens.size(0), device=src_tokens.device).repeat_interleave(beam)
-        self.encoder_out = model.encoder.reorder_encoder_out(encoder_out, expand)
-        self.incremental_state = {}
+        encoder_out = model.encoder.reorder_encoder_out(encoder_out, expand)
+        self.step_fn = DecoderStep(model.decoder)
+        self.cache = self.step_fn.begin(encoder_out, capacity)
+        self.order = order
+        self.z = order.z
+        self._masks = {}
+
+    def _mask(self, past, device):
+        """The order's rows past..past+z of M(h,c) with its ablations, or None when all allowed."""
+        if not (self.order.vanilla_mask or self.order.independent_directions):
+            return None
+        if past not in self._masks:
+            allowed = self.order.allowed(past + self.z)[past:]
+            self._masks[past] = None if bool(allowed.all()) else allowed.to(device)
+        return self._masks[past]
 
     def step(self, decoder_input):
         """decoder_input: (rows, slots so far) -> log-probs (rows, z, V) of the last z slots, fp32."""
-        out = self.model.decoder(decoder_input, encoder_out=self.encoder_out,
-                                 incremental_state=self.incremental_state)
-        return self.model.get_normalized_probs(out, log_probs=True)
+        past = self.cache.max_length
+        tokens = decoder_input[:, -self.z:]
+        slots = torch.arange(past, past + self.z, device=tokens.device)
+        logits, _ = self.step_fn(self.cache, tokens, slots, causal=False, attn_mask=self._mask(past, tokens.device))
+        self.cache.advance(self.z)
+        return DecoderStep.log_probs(logits)
 
-    def reorder(self, rows):
-        self.model.decoder.reorder_incremental_state_scripting(self.incremental_state, rows)
-        self.encoder_out = self.model.encoder.reorder_encoder_out(self.encoder_out, rows)
+    def reorder(self, rows, shrink=False):
+        if shrink:  # finished sentences left the batch
+            self.cache.select_rows(rows)
+        else:
+            self.cache.reorder(rows)
 
 
 class MultiTokenBeamSearch:
     """fairseq-generate compatible generator for models trained in a generation order."""
 
     def __init__(self, order, tgt_dict, beam_size=4, max_len_a=0.0, max_len_b=200, lenpen=1.0,
-                 double_topk=False, max_positions=None):
+                 double_topk=False, max_positions=None, min_len=1):
         if double_topk and (order.h != 2 or order.c != 1):
             raise OrderError("--double-topk needs h=2, c=1 (Imamura & Sumita's pairs)")
         self.order, self.tgt_dict = order, tgt_dict
         self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
         self.beam_size, self.lenpen, self.double_topk = int(beam_size), float(lenpen), bool(double_topk)
         self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
+        self.min_len = int(min_len)
         self.reset_stats()
 
     def reset_stats(self):
@@ -83,7 +107,11 @@ class MultiTokenBeamSearch:
         max_len = int(self.max_len_a * int(src_lengths.max()) + self.max_len_b)
         limit = self.max_positions if self.max_positions is not None else model.max_decoder_positions()
         max_len = max(0, min(max_len, limit - 1))
-        stepper = ModelStepper(model, net_input, self.beam_size)
+        if self.min_len > max_len:
+            raise ValueError(f"--min-len {self.min_len} exceeds the maximum length {max_len}; lower --min-len or "
+                             "raise --max-len-a/--max-len-b")
+        stepper = ModelStepper(model, net_input, self.beam_size, (max_len // self.order.z + 1) * self.order.z,
+                               self.order)
         return self.search(stepper, src_lengths.size(0), max_len, src_lengths.device)
 
     # ---- the search ----
@@ -112,6 +140,8 @@ class MultiTokenBeamSearch:
             n = sent.size(0)
             lprobs = lprobs.view(n, B, z, -1)
             lprobs[..., self.pad] = -math.inf
+            if step * z < self.min_len:
+                lprobs = self._forbid_early_end(lprobs, step)
             if step == max_steps - 1:
                 lprobs = self._force_end(lprobs, max_len - step * z)
             cand_score, cand_beam, cand_tok, cand_lp = (
@@ -154,7 +184,7 @@ class MultiTokenBeamSearch:
                 keep = (live[:, None] * B + torch.arange(B, device=device)).view(-1)
                 beam_rows, new_tok, new_lp = beam_rows[keep], new_tok[keep], new_lp[keep]
                 scores, sent, fin_count = scores[live], sent[live], fin_count[live]
-            stepper.reorder(beam_rows)
+            stepper.reorder(beam_rows, shrink=live.numel() < n)
             decoder_input = torch.cat([decoder_input.index_select(0, beam_rows), new_tok], 1)
             hist_lp = torch.cat([hist_lp.index_select(0, beam_rows), new_lp], 1)
         return self._hypotheses(bsz, fin_tokens, fin_lp, fin_score, fin_slots)
@@ -195,6 +225,17 @@ class MultiTokenBeamSearch:
         llp = left_lp.reshape(n, W * V).gather(1, beam * V + ltok)
         rlp = right_lp.reshape(n, W * V).gather(1, beam * V + right_tok)
         return cand_score, beam, torch.stack([ltok, right_tok], -1), torch.stack([llp, rlp], -1)
+
+    def _forbid_early_end(self, lprobs, step):
+        """``--min-len`` (fairseq: no EOS before min_len tokens): an end marker at offset i of a
+        segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is forbidden
+        where that is below min_len (exact for one segment, conservative for multi_segment)."""
+        w = self.order.width
+        lprobs = lprobs.clone()
+        for j in range(self.order.z):
+            if step * self.order.z + j % w < self.min_len:
+                lprobs[:, :, j, self.eos] = -math.inf
+        return lprobs
 
     def _force_end(self, lprobs, room):
         """Length limit (fairseq forces EOS at max_len): in the last group at most ``room`` < z
@@ -252,4 +293,5 @@ def build_multi_token_generator(task, models, args):
     return MultiTokenBeamSearch(
         order, task.target_dictionary, beam_size=getattr(args, "beam", 4),
         max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
-        lenpen=getattr(args, "lenpen", 1.0), double_topk=getattr(task.cfg, "double_topk", False))
+        lenpen=getattr(args, "lenpen", 1.0), double_topk=getattr(task.cfg, "double_topk", False),
+        min_len=getattr(args, "min_len", 1) or 1)

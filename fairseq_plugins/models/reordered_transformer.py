@@ -1,19 +1,22 @@
 """``--arch reordered_transformer_*``: fairseq's transformer with a decoder for a generation order.
 
-The decoder differs from fairseq's only where the papers say (SPEC §3):
+The decoder is fairseq's ``TransformerDecoder`` -- its training forward runs unchanged -- with two
+parts swapped where the papers say:
 
-* positions: the order's positions (``fairseq_plugins.orders``) embedded with a sinusoid that
-  accepts negative values (IBDecoder Eq. 7) or with a learned table (Imamura & Sumita 3.1);
-  IMDecoder adds a learned direction embedding (Eq. 10);
-* self-attention mask: M(h,c) of Eq. 4 (with the order's ablations) in training;
-* incremental decoding of z new slots per call: fairseq's MultiheadAttention appends the new
-  keys to its cache, and the z x (past+z) rows of the mask are passed (None when all allowed).
+* ``embed_positions``: an ``OrderEmbedding`` of the order's positions (``fairseq_plugins.orders``)
+  with a sinusoid that accepts negative values (IBDecoder Eq. 7) or a learned table (Imamura &
+  Sumita 3.1), IMDecoder's direction embedding (Eq. 10) and a start-slot embedding;
+* ``buffered_future_mask``: the self-attention mask M(h,c) of Eq. 4 (with the order's ablations)
+  instead of the causal mask.
+
+Decoding (z new slots per call, KV cache) goes through the plugin's lean decoder step
+(``fairseq_plugins.decoding.step``), which embeds slots with ``OrderEmbedding.embed_slots``; the
+multi-token beam search drives it.
 
 The model records its order in its args (``target_order_signature``), so a checkpoint decoded
 with another order is refused by ``FastTranslationTask`` (clear error).
 """
 import math
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -37,12 +40,37 @@ def signed_sinusoid(positions, dim):
     return emb
 
 
-class OrderEmbedding(nn.Module):
-    """Position (+ direction) embedding of decoder slots for one generation order."""
+#: 2: distinct start slots and token-scale direction embeddings (checkpoints of format 1 are refused)
+FORMAT_VERSION = 2
 
-    def __init__(self, order, dim, max_target_positions):
+
+class ReorderedCheckpointError(ValueError):
+    """A checkpoint this version of the plugin cannot decode correctly; the message says what to do."""
+
+
+class OrderEmbedding(nn.Module):
+    """What a decoder slot adds to its token embedding: position, direction and start-slot
+    embeddings, all a function of the slot index alone (so training and decoding compute them
+    the same way, from ``slots``).
+
+    * positions: signed sinusoid (IBDecoder Eq. 7) or a learned table (Imamura & Sumita 3.1,
+      fairseq's learned-position init);
+    * directions (IMDecoder Eq. 10): a learned table at the token embeddings' scale (init as
+      fairseq's token embeddings, times ``embed_scale``): at fairseq's positional scale (norm ~1
+      vs ~sqrt(d) for a token) the h directions of a step are barely distinguishable and the
+      model duplicates tokens across them;
+    * start slots: the z decoder inputs of the first step are all EOS (fairseq's start symbol), so
+      a learned start-slot embedding at the token scale is added to slots 0..z-1.  This is the
+      same as giving every start slot its own start symbol -- Imamura & Sumita start the left
+      direction with BOS and the right with EOS -- generalised to any z (SA c>1, IMDecoder h=4,
+      IBDecoder+SA need z = 4 distinct starts; a stock dictionary has two spare symbols).  With
+      identical starts the slots of the first group differ only by small position embeddings,
+      and SA / multi-segment models learn to duplicate the first group (SPEC §1).
+    """
+
+    def __init__(self, order, dim, max_target_positions, embed_scale=1.0):
         super().__init__()
-        self.order, self.dim = order, dim
+        self.order, self.dim, self.embed_scale = order, dim, float(embed_scale)
         self.max_slots = max_target_positions + order.z  # end markers pad the target by < z slots
         self.learned = None
         if order.position_embedding == "learned":
@@ -52,96 +80,72 @@ class OrderEmbedding(nn.Module):
         if order.direction_embedding:
             self.direction = nn.Embedding(order.h, dim)
             nn.init.normal_(self.direction.weight, mean=0, std=dim ** -0.5)
+        self.start = None
+        if order.z > 1:
+            self.start = nn.Embedding(order.z, dim)
+            nn.init.normal_(self.start.weight, mean=0, std=dim ** -0.5)
+        self.register_buffer("format_version", torch.tensor(FORMAT_VERSION))
 
-    def forward(self, positions, directions, like):
+    def forward(self, prev_output_tokens, incremental_state=None, positions=None):
+        """fairseq's ``embed_positions`` interface (training forward): the embeddings of slots
+        0..T-1, ``(1, T, dim)``, added to the token embeddings of every row."""
+        slots = torch.arange(prev_output_tokens.size(1), device=prev_output_tokens.device)
+        return self.embed_slots(slots).unsqueeze(0)
+
+    def embed_slots(self, slots, like=None):
+        """``slots``: 0-based slot indices (any shape) -> embeddings ``slots.shape + (dim,)``."""
+        positions = self.order.positions_at(slots)
         if self.learned is not None:  # slots < max_slots: the generator caps its length by max_positions()
             emb = self.learned(positions)
         else:
             emb = signed_sinusoid(positions, self.dim)
         if self.direction is not None:
-            emb = emb + self.direction(directions)
-        return emb.to(like)
+            emb = emb + self.embed_scale * self.direction(self.order.directions_at(slots))
+        if self.start is not None:
+            first = (slots < self.order.z).unsqueeze(-1)
+            emb = emb + torch.where(first, self.embed_scale * self.start(slots.clamp(max=self.order.z - 1)), 0.0)
+        return emb if like is None else emb.to(like)
 
 
 class ReorderedTransformerDecoder(TransformerDecoder):
-    """TransformerDecoder for a generation order: positions, M(h,c) mask, z slots per step."""
+    """TransformerDecoder for a generation order: the order's slot embeddings and the M(h,c) mask."""
 
     def __init__(self, args, dictionary, embed_tokens, order, no_encoder_attn=False):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         self.order = order
-        self.embed_positions = None  # replaced by the order's embedding
-        self.embed_order = OrderEmbedding(order, self.embed_dim, self.max_target_positions)
+        self.embed_positions = OrderEmbedding(order, self.embed_dim, self.max_target_positions, self.embed_scale)
         self._mask_cache = {}
 
     def max_positions(self):
         return self.max_target_positions
 
-    def _train_mask(self, length, like):
-        key = (length, like.device, like.dtype)
+    def buffered_future_mask(self, tensor):
+        """M(h,c) of Eq. 4 (float 0/-inf, ``(T, T)``) where fairseq's training forward asks for its causal mask."""
+        T = tensor.size(0)
+        key = (T, tensor.device, tensor.dtype)
         if key not in self._mask_cache:
-            self._mask_cache = {key: self.order.mask(length).to(like)}
+            self._mask_cache = {key: self.order.mask(T).to(device=tensor.device, dtype=tensor.dtype)}
         return self._mask_cache[key]
 
-    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
-                full_context_alignment=False, alignment_layer=None, alignment_heads=None, src_lengths=None,
-                return_all_hiddens=False, target_positions=None, target_directions=None):
-        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state,
-                                         target_positions=target_positions, target_directions=target_directions)
-        if not features_only:
-            x = self.output_layer(x)
-        return x, extra
+    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+        if incremental_state is not None and self.order.z > 1:
+            raise NotImplementedError(
+                "fairseq's incremental decoding feeds one token per call; a reordered model decodes z slots per "
+                "step with the plugin's multi-token beam search (fairseq-generate --task fast_translation)")
+        return super().forward(prev_output_tokens, encoder_out=encoder_out, incremental_state=incremental_state,
+                                **kwargs)
 
-    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
-                         full_context_alignment=False, alignment_layer=None, alignment_heads=None,
-                         target_positions=None, target_directions=None):
-        """Like fairseq's, but with the order's positions and mask, and z new slots per
-        incremental call (``prev_output_tokens`` holds every slot so far, as in fairseq)."""
-        total = prev_output_tokens.size(1)
-        offset = 0
-        if incremental_state is not None:
-            offset = total - min(self.order.z, total)
-            prev_output_tokens = prev_output_tokens[:, offset:]
-            target_positions = target_directions = None
-        bsz, slots = prev_output_tokens.size()
-        device = prev_output_tokens.device
-        if target_positions is None:
-            target_positions = self.order.positions(slots, offset).to(device).expand(bsz, slots)
-        if target_directions is None:
-            target_directions = self.order.directions(slots, offset).to(device).expand(bsz, slots)
-
-        x = self.embed_scale * self.embed_tokens(prev_output_tokens.contiguous())
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        x = x + self.embed_order(target_positions, target_directions, like=x)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)
-
-        self_attn_padding_mask: Optional[torch.Tensor] = None
-        if incremental_state is None and prev_output_tokens.eq(self.padding_idx).any():
-            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
-        if incremental_state is None:
-            self_attn_mask = self._train_mask(slots, x)
-        else:
-            self_attn_mask = self.order.incremental_mask(offset, slots)
-            self_attn_mask = None if self_attn_mask is None else self_attn_mask.to(x)
-
-        enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
-        enc_pad = (encoder_out["encoder_padding_mask"][0]
-                   if encoder_out and len(encoder_out["encoder_padding_mask"]) else None)
-        inner_states = [x]
-        for layer in self.layers:
-            x, _, _ = layer(x, enc, enc_pad, incremental_state, self_attn_mask=self_attn_mask,
-                            self_attn_padding_mask=self_attn_padding_mask)
-            inner_states.append(x)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x = x.transpose(0, 1)
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x, {"attn": [None], "inner_states": inner_states}
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Refuse checkpoints of an older format: decoding them with this code would be silently wrong."""
+        key = f"{name}.embed_positions.format_version" if name else "embed_positions.format_version"
+        version = int(state_dict[key]) if key in state_dict else 1
+        if version != FORMAT_VERSION:
+            raise ReorderedCheckpointError(
+                f"this reordered_transformer checkpoint has format {version}, but this plugin decodes format "
+                f"{FORMAT_VERSION} (format 2 gave every start slot of a step its own learned embedding and the "
+                "direction embeddings the token scale; older models duplicate tokens across slots). Retrain it "
+                "with the same fairseq-train command; a trained L2R model can be a warm start (--init-from-l2r).")
+        return super().upgrade_state_dict_named(state_dict, name)
 
 
 @register_model("reordered_transformer")
@@ -164,13 +168,6 @@ class ReorderedTransformerModel(TransformerModel):
         return ReorderedTransformerDecoder(args, tgt_dict, embed_tokens, order,
                                            no_encoder_attn=getattr(args, "no_cross_attention", False))
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, target_positions=None,
-                target_directions=None, return_all_hiddens: bool = True, features_only: bool = False,
-                alignment_layer=None, alignment_heads=None):
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
-        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
-                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
-                            target_positions=target_positions, target_directions=target_directions)
 
 
 @register_model_architecture("reordered_transformer", "reordered_transformer_tiny")
@@ -191,3 +188,32 @@ def reordered_transformer_base(args):
 def reordered_transformer_big(args):
     """Transformer big (both papers): d=1024, 6+6 layers, 16 heads, ffn 4096, dropout 0.3."""
     transformer_vaswani_wmt_en_de_big(args)
+
+
+def init_from_l2r(model, path):
+    """Warm start (``--init-from-l2r PATH``): copy a trained left-to-right transformer's weights into
+    a freshly built reordered model of the same size.  Encoder, token embeddings, decoder layers and
+    output projection are taken over; the order's own position/direction/start-slot embeddings
+    (``decoder.embed_positions``) stay freshly initialised, the L2R's positional table is not used."""
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+    own = model.state_dict()
+    fresh = {k for k in own if k.startswith("decoder.embed_positions.")}
+    missing = sorted(k for k in own if k not in fresh and k not in state)
+    wrong = sorted(k for k in own if k not in fresh and k in state and state[k].shape != own[k].shape)
+    if missing or wrong:
+        detail = "; ".join([f"missing {k}" for k in missing[:3]] +
+                           [f"{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:3]])
+        raise ReorderedCheckpointError(
+            f"--init-from-l2r {path}: that checkpoint does not match this model's size ({detail}); train the "
+            "reordered model with the L2R model's --arch dimensions (e.g. transformer_fast_tiny -> "
+            "reordered_transformer_tiny) or drop --init-from-l2r")
+    model.load_state_dict({k: state[k] for k in own if k not in fresh} | {k: own[k] for k in fresh}, strict=True)
+    loaded = model.state_dict()
+    differ = [k for k in own if k not in fresh and not torch.equal(loaded[k], state[k].to(loaded[k].dtype))]
+    if differ:  # a tied tensor took another key's value: the two models tie their embeddings differently
+        raise ReorderedCheckpointError(
+            f"--init-from-l2r {path}: the L2R model and this model share embeddings differently ({differ[0]}); use "
+            "the same --share-all-embeddings / --share-decoder-input-output-embed as the L2R training")
+    return model

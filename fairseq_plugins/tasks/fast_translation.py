@@ -28,7 +28,9 @@ class FastTranslationOptionError(ValueError):
 @dataclass
 class FastTranslationConfig(TranslationConfig):
     # ---- generation order (training and decoding), SPEC §1 ----
-    target_order: str = field(default="l2r", metadata={"help": "generation order: " + ", ".join(ORDERS)})
+    target_order: Optional[str] = field(
+        default=None, metadata={"help": "generation order: " + ", ".join(ORDERS) + " (training: default l2r; "
+                                "decoding: default the checkpoint's own order and ablation flags)"})
     directions: int = field(
         default=0, metadata={"help": "h, generation directions (0: the order's own: 1 l2r/r2l, 2 head_tail/"
                              "interleave, 4 multi_segment)"})
@@ -56,6 +58,14 @@ class FastTranslationConfig(TranslationConfig):
         default="max", metadata={"help": "PJ/PGJ target length: 'max' (max_len_a*src+max_len_b, no oracle) "
                                  "or 'greedy_oracle' (taken from a greedy pre-run, reported and timed as such)"})
     drafter_path: Optional[str] = field(default=None, metadata={"help": "checkpoint of a drafter model (GAD)"})
+    adaptive_block_size: str = field(
+        default="auto", metadata={"help": "per-row draft length adapted to the row's recent acceptance: on, off, or "
+                                  "auto (on for input_copy, jacobi_pgj, jacobi_hgj); exact acceptance stays lossless"})
+    # ---- warm start (issue: order quality) ----
+    init_from_l2r: Optional[str] = field(
+        default=None, metadata={"help": "initialise a reordered_transformer from a trained left-to-right "
+                                "checkpoint of the same size (encoder, decoder layers, token embeddings); the "
+                                "order's own position/direction/start-slot embeddings start fresh"})
 
 
 @register_task("fast_translation", dataclass=FastTranslationConfig)
@@ -69,7 +79,7 @@ class FastTranslationTask(TranslationTask):
     # ---- training: reorder the target side ----
     @property
     def order(self):
-        """The generation order of this task (fairseq_plugins.orders), or None for plain l2r."""
+        """The generation order the flags ask for (fairseq_plugins.orders), or None for plain l2r."""
         from fairseq_plugins.orders import order_from_config
 
         return order_from_config(self.cfg)
@@ -84,21 +94,37 @@ class FastTranslationTask(TranslationTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint=from_checkpoint)
-        check_model_matches_task(model, self.cfg)
+        if order_flags_given(self.cfg) or not from_checkpoint:  # decoding without flags: the checkpoint's order
+            check_model_matches_task(model, self.cfg)
+        if self.cfg.init_from_l2r and not from_checkpoint:
+            from fairseq_plugins.models.reordered_transformer import init_from_l2r
+
+            init_from_l2r(model, self.cfg.init_from_l2r)
         return model
 
     # ---- decoding: pick the generator ----
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
-        for model in models:
-            check_model_matches_task(model, self.cfg)
+        order = decoding_order(models, self.cfg)
         if self.cfg.drafter is not None:
+            if order is not None:
+                raise FastTranslationOptionError(
+                    f"--drafter verifies drafts with a left-to-right model, but the checkpoint was trained with order "
+                    f"{order.signature}: decode it without --drafter (multi-token beam search) or pass an L2R model")
             from fairseq_plugins.decoding.engine import build_draft_verify_generator
 
             return build_draft_verify_generator(self, models, args)
-        if self.order is not None:
+        if order is not None:
+            if self.cfg.double_topk and (order.h != 2 or order.c != 1):
+                raise FastTranslationOptionError(
+                    f"--double-topk is Imamura & Sumita's search for two directions of one token each, but the "
+                    f"checkpoint's order is {order.signature}; drop --double-topk")
             from fairseq_plugins.decoding.multi_token_beam import build_multi_token_generator
 
             return build_multi_token_generator(self, models, args)
+        if self.cfg.double_topk:
+            raise FastTranslationOptionError(
+                "--double-topk needs a model trained with two directions (--target-order head_tail or interleave); "
+                "this checkpoint is a plain left-to-right model")
         return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
@@ -109,9 +135,35 @@ class FastTranslationTask(TranslationTask):
         return hypos
 
 
+def order_flags_given(cfg):
+    """Whether the run names an order (--target-order, --directions, --tokens-per-direction, ablations);
+    without any, fairseq-generate decodes a checkpoint in the order it was trained with."""
+    from fairseq_plugins.orders import ABLATIONS
+
+    return (getattr(cfg, "target_order", None) is not None or bool(getattr(cfg, "directions", 0))
+            or (getattr(cfg, "tokens_per_direction", 1) or 1) != 1 or any(getattr(cfg, a, False) for a in ABLATIONS))
+
+
+def decoding_order(models, cfg):
+    """The order to decode with: the checkpoint's when no order flag is given, else the flags'
+    (refused when they differ from the checkpoint's).  None = plain left-to-right."""
+    if order_flags_given(cfg):
+        for model in models:
+            check_model_matches_task(model, cfg)
+        from fairseq_plugins.orders import order_from_config
+
+        return order_from_config(cfg)
+    orders = {getattr(m, "generation_order", None) for m in models}
+    orders = {o for o in orders if o is not None and not o.is_plain_l2r}
+    if len(orders) > 1:
+        raise FastTranslationOptionError("the checkpoints of this ensemble were trained with different orders: "
+                                         + ", ".join(sorted(o.signature for o in orders)))
+    return orders.pop() if orders else None
+
+
 def validate_options(cfg):
     """Clear errors for flag combinations that cannot work (SPEC: say what is wrong, how to fix it)."""
-    if cfg.target_order not in ORDERS:
+    if cfg.target_order is not None and cfg.target_order not in ORDERS:
         raise FastTranslationOptionError(
             f"--target-order {cfg.target_order!r} is unknown; choose one of {', '.join(ORDERS)}")
     if cfg.drafter is not None and cfg.drafter not in DRAFTERS:
@@ -123,7 +175,7 @@ def validate_options(cfg):
         raise FastTranslationOptionError(f"--block-size must be >= 1 (got {cfg.block_size})")
     if cfg.tokens_per_direction < 1:
         raise FastTranslationOptionError(f"--tokens-per-direction must be >= 1 (got {cfg.tokens_per_direction})")
-    if cfg.drafter is not None and (cfg.target_order != "l2r" or cfg.tokens_per_direction != 1):
+    if cfg.drafter is not None and ((cfg.target_order or "l2r") != "l2r" or cfg.tokens_per_direction != 1):
         raise FastTranslationOptionError(
             "--drafter verifies drafts with an ordinary left-to-right model; drop --target-order/"
             "--tokens-per-direction (they select the multi-token beam search instead)")
@@ -135,7 +187,7 @@ def validate_options(cfg):
         order = order_from_config(cfg)
     except OrderError as err:
         raise FastTranslationOptionError(str(err)) from None
-    if cfg.double_topk and (order is None or order.h != 2 or order.c != 1):
+    if cfg.double_topk and order_flags_given(cfg) and (order is None or order.h != 2 or order.c != 1):
         raise FastTranslationOptionError(
             "--double-topk is Imamura & Sumita's search for two directions, one token each: use it with "
             "--target-order head_tail or interleave and --tokens-per-direction 1")

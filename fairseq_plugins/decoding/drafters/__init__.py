@@ -13,6 +13,11 @@ The interface is small, so that adding a drafter never touches the engine:
 * ``select_rows(rows)``    rows were dropped from the batch (finished sentences);
 * ``max_draft(max_len)``   an upper bound of ``K`` (buffer sizes).
 
+A drafter may propose fewer than ``K`` tokens for a row (trailing PAD): the verification call is as
+wide as the widest row's draft.  ``adaptive_block`` is the drafter's default for
+``--adaptive-block-size auto`` (``block_size.AdaptiveBlock``: each row's draft capped from its
+recent acceptance).
+
 ``needs_target_length``: PJ/PGJ need the target length (``--jacobi-length``); the engine then
 passes ``ctx.target_length`` (``max`` or a greedy pre-run, reported as such).
 """
@@ -53,6 +58,7 @@ class StepResult:
 class Drafter:
     name = "base"
     needs_target_length = False
+    adaptive_block = False  # default of --adaptive-block-size auto (block_size.AdaptiveBlock)
 
     def begin(self, ctx: DraftContext) -> None:
         self.ctx = ctx

@@ -30,6 +30,7 @@ _SENTINEL = -2   # source-side value of the trailing PAD sentinel / padding for 
 
 
 class InputCopyDrafter(Drafter):
+    adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     name = "input_copy"
 
     def __init__(self, block_size: int, ngram: int, src_to_tgt=None):

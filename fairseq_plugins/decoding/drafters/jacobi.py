@@ -32,6 +32,7 @@ from fairseq_plugins.decoding.drafters import Drafter, StepResult
 
 
 class JacobiDrafter(Drafter):
+    adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     def __init__(self, variant: str, block_size: int, record: bool = False):
         if variant not in ("pj", "pgj", "hgj"):
             raise ValueError(f"unknown Jacobi variant {variant!r}")
@@ -41,6 +42,7 @@ class JacobiDrafter(Drafter):
         self.name = "jacobi_" + variant
         self.block = block_size
         self.needs_target_length = variant in ("pj", "pgj")
+        self.adaptive_block = variant != "pj"  # PJ drafts the whole target by definition (Alg. 1)
         self.record = record  # keep every iterate (DDGviz)
         self.history = []
 
@@ -74,7 +76,8 @@ class JacobiDrafter(Drafter):
 
     def propose(self, out, n_gen):
         remaining = self._remaining(n_gen)
-        k = int(remaining.max()) if self.variant == "pj" else self.block  # PJ: the whole target
+        k = self.ctx.max_len if self.variant == "pj" else self.block  # PJ: the whole target (the engine trims
+        # the call to the widest row's remaining draft, so no host sync here)
         slots = torch.arange(k, device=out.device)
         idx = (n_gen.unsqueeze(1) + 1 + slots).clamp(max=self.guess.size(1) - 1)
         draft = self.guess.gather(1, idx)

@@ -1,0 +1,242 @@
+"""The lean decoder step: ONE incremental call of a fairseq transformer decoder over ``m`` new
+tokens per row, on the weights of a stock checkpoint (no conversion step, no copy of the model).
+
+Every generator of the plugin decodes through it: the draft-and-verify engine's verifier (``m`` =
+last token + draft), the multi-token beam search of the reordered models (``m`` = z slots of a
+step), and drafters that run a decoder of their own.  Compared with fairseq's incremental path it
+
+* keeps the self-attention keys/values in preallocated per-row buffers written in place
+  (``cache.KVCache``): no concatenation per call, cut back = move the row lengths;
+* projects the encoder's keys/values once per batch (``begin``), not once per layer call;
+* calls ``torch.nn.functional.scaled_dot_product_attention`` with the masks it needs and nothing
+  else (one causal/length mask per call, shared by every layer and head);
+* performs no host synchronisation: the caller keeps the cache's host-side lengths.
+
+It runs the decoder's own sub-modules' weights in the order of fairseq's
+``TransformerDecoderBase.extract_features_scriptable`` and ``TransformerDecoderLayerBase.forward``
+(pre- and post-norm, learned and sinusoidal positions, shared and separate embeddings), in
+inference mode (no dropout).  Tests compare its logits with fairseq's
+decoder over whole sentences (atol 1e-5, fp32).
+
+Positions: token ``t`` of a row sits at logical slot ``t`` (slot 0 holds the start symbol), which a
+stock decoder embeds as fairseq does (``padding_idx + 1 + slot``).  A decoder whose
+``embed_positions`` has an ``embed_slots(slots, like)`` method (the reordered transformer: signed
+or learned order positions, direction and start-slot embeddings) embeds the slots itself.
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fairseq_plugins.decoding.cache import KVCache
+
+
+class UnsupportedDecoderError(ValueError):
+    """The decoder uses a feature the lean step does not implement; the message says which."""
+
+
+class _LayerWeights:
+    """References to one decoder layer's modules (nothing copied; read at every call, so .half()
+    or .cuda() on the model after building the step is seen)."""
+
+    def __init__(self, layer):
+        sa = layer.self_attn
+        if getattr(sa, "bias_k", None) is not None or getattr(sa, "add_zero_attn", False):
+            raise UnsupportedDecoderError("the lean decoder step does not support --add-bias-kv / --add-zero-attn")
+        self.sa, self.sa_ln = sa, layer.self_attn_layer_norm
+        self.ea, self.ea_ln = layer.encoder_attn, layer.encoder_attn_layer_norm
+        self.fc1, self.fc2, self.ffn_ln = layer.fc1, layer.fc2, layer.final_layer_norm
+        self.act = layer.activation_fn
+        self.pre = bool(layer.normalize_before)
+        normformer = [n for n in ("attn_ln", "c_attn", "ffn_layernorm", "w_resid") if getattr(layer, n, None) is not None]
+        if normformer:  # fairseq's translation transformer exposes no flag for them; its LM does
+            raise UnsupportedDecoderError(f"the lean decoder step does not support NormFormer layers ({normformer[0]})")
+
+
+def _ln(x: Tensor, norm) -> Tensor:
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def _linear(x: Tensor, lin) -> Tensor:
+    return F.linear(x, lin.weight, lin.bias)
+
+
+class DecoderStep:
+    """``step(cache, tokens, slots)`` -> ``(logits (B, m, V), features (B, m, d))``."""
+
+    def __init__(self, decoder):
+        if getattr(decoder, "cross_self_attention", False):
+            raise UnsupportedDecoderError("the lean decoder step does not support --cross-self-attention models")
+        if getattr(decoder, "adaptive_softmax", None) is not None:
+            raise UnsupportedDecoderError("the lean decoder step does not support adaptive-softmax models")
+        if not hasattr(decoder, "layers") or not hasattr(decoder, "embed_tokens"):
+            raise UnsupportedDecoderError(
+                f"the lean decoder step runs fairseq transformer decoders; got {type(decoder).__name__}")
+        self.decoder = decoder
+        self.layers = [_LayerWeights(layer) for layer in decoder.layers]
+        attn = decoder.layers[0].self_attn
+        self.heads, self.head_dim = attn.num_heads, attn.head_dim
+        self.embed_dim = attn.embed_dim
+        pos = decoder.embed_positions
+        self.embed_slots = getattr(pos, "embed_slots", None)
+        self.pos_offset = (pos.padding_idx + 1) if pos is not None and self.embed_slots is None else 0
+        self._table: Optional[Tensor] = None  # sinusoidal rows on the model's device/dtype
+        self._masks: Dict[Tuple, Tensor] = {}
+
+    # ---- per batch ----
+    def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None) -> KVCache:
+        """A fresh cache: the encoder's keys/values projected once per layer; self-attention
+        buffers of ``capacity`` columns per row (they grow if a call needs more)."""
+        enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
+        pad = (encoder_out["encoder_padding_mask"][0]
+               if encoder_out and len(encoder_out.get("encoder_padding_mask", [])) else None)
+        weight = self.decoder.embed_tokens.weight
+        H, dh = self.heads, self.head_dim
+        enc_k: List[Tensor] = []
+        enc_v: List[Tensor] = []
+        if enc is not None:
+            S, B = enc.size(0), enc.size(1)
+            x = enc.transpose(0, 1)  # (B, S, C)
+            for lw in self.layers:
+                if lw.ea is None:
+                    continue
+                enc_k.append(_linear(x, lw.ea.k_proj).view(B, S, H, dh).transpose(1, 2))
+                enc_v.append(_linear(x, lw.ea.v_proj).view(B, S, H, dh).transpose(1, 2))
+        else:
+            B = batch_size
+        enc_mask = None
+        if pad is not None and bool(pad.any()):  # once per batch
+            enc_mask = (~pad).view(B, 1, 1, -1)
+        k = [weight.new_zeros(B, H, capacity, dh) for _ in self.layers]
+        v = [weight.new_zeros(B, H, capacity, dh) for _ in self.layers]
+        return KVCache(k, v, enc_k, enc_v, enc_mask)
+
+    # ---- embeddings ----
+    def _positions(self, slots: Tensor, like: Tensor) -> Optional[Tensor]:
+        if self.embed_slots is not None:
+            return self.embed_slots(slots, like)
+        pos = self.decoder.embed_positions
+        if pos is None:
+            return None
+        index = slots + self.pos_offset
+        if hasattr(pos, "weights"):  # sinusoidal: fairseq's precomputed table
+            table = self._table
+            if table is None or table.device != like.device or table.dtype != like.dtype or table.size(0) <= int(index.max()):
+                if pos.weights.size(0) <= int(index.max()):
+                    pos.weights = pos.get_embedding(int(index.max()) + 1, pos.embedding_dim, pos.padding_idx)
+                table = self._table = pos.weights.to(device=like.device, dtype=like.dtype)
+            return F.embedding(index, table)
+        return F.embedding(index, pos.weight)  # learned (the padding row is never indexed)
+
+    def embed(self, tokens: Tensor, slots: Tensor) -> Tensor:
+        dec = self.decoder
+        x = dec.embed_scale * dec.embed_tokens(tokens)
+        if dec.project_in_dim is not None:
+            x = dec.project_in_dim(x)
+        positions = self._positions(slots, x)
+        if positions is not None:
+            x = x + positions
+        if dec.layernorm_embedding is not None:
+            x = dec.layernorm_embedding(x)
+        return x
+
+    # ---- masks ----
+    def _causal(self, past: int, m: int, device) -> Tensor:
+        key = (past, m, device)
+        mask = self._masks.get(key)
+        if mask is None:
+            if len(self._masks) > 2048:
+                self._masks.clear()
+            cols = torch.arange(past + m, device=device)
+            mask = self._masks[key] = cols.unsqueeze(0) <= (past + torch.arange(m, device=device)).unsqueeze(1)
+        return mask
+
+    def self_attn_mask(self, cache: KVCache, m: int, causal: bool, device) -> Optional[Tensor]:
+        """Boolean (True = attend) mask over the ``max_length + m`` used columns, or None."""
+        if cache.aligned:
+            if m == 1 or not causal:
+                return None
+            return self._causal(cache.max_length, m, device)
+        cols = torch.arange(cache.max_length + m, device=device).view(1, 1, 1, -1)
+        reach = torch.arange(1, m + 1, device=device) if causal else torch.full((m,), m, device=device)
+        return cols < (cache.lengths.view(-1, 1, 1, 1) + reach.view(1, 1, m, 1))
+
+    # ---- one call ----
+    def __call__(self, cache: Optional[KVCache], tokens: Tensor, slots: Tensor, causal: bool = True,
+                 attn_mask: Optional[Tensor] = None, encoder: Optional[KVCache] = None):
+        """Logits and last hidden states of ``tokens`` ``(B, m)`` at logical ``slots`` (``(B, m)``,
+        or ``(m,)`` when every row is at the same slots).
+
+        With a ``cache``: the new tokens attend to each row's cached entries and to each other
+        (causally unless ``causal=False``: the z slots of a multi-token step see one another), and
+        their keys/values are written at the rows' lengths; the caller then ``commit``s/``advance``s.
+        ``attn_mask`` (bool, True = attend, broadcastable to ``(B, 1, m, max_length + m)``) replaces
+        the derived mask (e.g. a generation order's ablation masks).
+        Without a cache (``cache=None``): the tokens attend only to each other under ``attn_mask``
+        (a non-autoregressive drafter's bidirectional pass); ``encoder`` then holds the encoder
+        keys/values (a cache from ``begin``)."""
+        B, m = tokens.shape
+        H, dh = self.heads, self.head_dim
+        x = self.embed(tokens, slots)
+        enc_side = cache if cache is not None else encoder
+        if cache is not None:
+            past = cache.max_length
+            T = past + m
+            cache.ensure_capacity(T)
+            mask = attn_mask if attn_mask is not None else self.self_attn_mask(cache, m, causal, x.device)
+            scatter = None
+            if not cache.aligned:
+                scatter = (cache.lengths.view(B, 1, 1, 1) + torch.arange(m, device=x.device).view(1, 1, m, 1)
+                           ).expand(B, H, m, dh)
+        else:
+            mask = attn_mask
+        enc_mask = enc_side.enc_mask if enc_side is not None else None
+        e = 0
+        for i, lw in enumerate(self.layers):
+            # self-attention
+            residual = x
+            h = _ln(x, lw.sa_ln) if lw.pre else x
+            q = _linear(h, lw.sa.q_proj).view(B, m, H, dh).transpose(1, 2)
+            k = _linear(h, lw.sa.k_proj).view(B, m, H, dh).transpose(1, 2)
+            v = _linear(h, lw.sa.v_proj).view(B, m, H, dh).transpose(1, 2)
+            if cache is not None:
+                kb, vb = cache.k[i], cache.v[i]
+                if scatter is None:
+                    kb[:, :, past:T] = k
+                    vb[:, :, past:T] = v
+                else:
+                    kb.scatter_(2, scatter, k)
+                    vb.scatter_(2, scatter, v)
+                k, v = kb[:, :, :T], vb[:, :, :T]
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, m, -1)
+            x = residual + _linear(a, lw.sa.out_proj)
+            if not lw.pre:
+                x = _ln(x, lw.sa_ln)
+            # encoder attention
+            if lw.ea is not None and enc_side is not None and enc_side.enc_k:
+                residual = x
+                h = _ln(x, lw.ea_ln) if lw.pre else x
+                q = _linear(h, lw.ea.q_proj).view(B, m, H, dh).transpose(1, 2)
+                a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_mask)
+                e += 1
+                x = residual + _linear(a.transpose(1, 2).reshape(B, m, -1), lw.ea.out_proj)
+                if not lw.pre:
+                    x = _ln(x, lw.ea_ln)
+            # feed-forward
+            residual = x
+            h = _ln(x, lw.ffn_ln) if lw.pre else x
+            x = residual + _linear(lw.act(_linear(h, lw.fc1)), lw.fc2)
+            if not lw.pre:
+                x = _ln(x, lw.ffn_ln)
+        dec = self.decoder
+        if dec.layer_norm is not None:
+            x = dec.layer_norm(x)
+        if dec.project_out_dim is not None:
+            x = dec.project_out_dim(x)
+        return dec.output_layer(x), x
+
+    @staticmethod
+    def log_probs(logits: Tensor) -> Tensor:
+        """fairseq's get_normalized_probs: log-softmax in float32 whatever the model's dtype."""
+        return F.log_softmax(logits.float(), dim=-1)
