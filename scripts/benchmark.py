@@ -626,8 +626,8 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             speed_ratio = 1.0 if baseline else ratio
             chained = ref_result["ratio_vs_greedy"]
             ratio_vs_greedy = ratio * chained if chained is not None else None
-        elif baseline:
-            speed_ratio = ratio_vs_greedy = 1.0
+        elif baseline:  # the reference itself; a beam baseline without a greedy one has no ratio vs greedy
+            speed_ratio, ratio_vs_greedy = 1.0, (1.0 if beam == 1 else None)
         produced = sum(len(tokens[s]) for b in timed for s in _ids(b))
         mean = statistics.mean(times[0])
         peak = peak_memory_mb(runner, device) if memory else None

@@ -102,13 +102,9 @@ def test_a_load_that_comes_and_goes_favours_neither_side():
     assert benchmark.pair_ratio(times[1], times[0])[0] == pytest.approx(2.0)
 
 
-@pytest.fixture()
-def stub_bench(tiny_corpus, tmp_path, monkeypatch):
-    """run_benchmark over stub runners: loads, order and every ratio are known exactly."""
+def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch):
+    """run_benchmark over stub runners (``per_pass[(method, beam)]`` seconds per timed pass)."""
     clock, log, loads = FakeClock(), [], []
-    per_pass = {("fairseq greedy", 1): 0.2, ("fairseq beam", 4): 0.5, ("fairseq beam", 5): 0.8,
-                ("IBDecoder", 4): 0.25, ("CTranslate2 greedy", 1): 0.02, ("drafting", 1): 0.1,
-                ("slow drafting", 1): 0.4}
 
     def load(row, corpus, ckpt, beam, bs, *args):
         loads.append((row["method"], beam, bs))
@@ -117,17 +113,27 @@ def stub_bench(tiny_corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(benchmark, "_load_runner", load)
     ckpt = tmp_path / "model.pt"
     ckpt.write_text("")
-    rows = [
-        {"method": "drafting", "path": str(ckpt), "args": "--task fast_translation --drafter jacobi_hgj"},
-        {"method": "fairseq greedy", "path": str(ckpt), "baseline": True},
-        {"method": "fairseq beam", "path": str(ckpt), "beams": [4, 5], "baseline": True},
-        {"method": "IBDecoder", "path": str(ckpt), "args": "--target-order interleave", "beams": [4],
-         "vs_beam5": True},
-        {"method": "CTranslate2 greedy", "path": str(ckpt), "backend": "ctranslate2"},
-        {"method": "slow drafting", "path": str(ckpt), "args": "--drafter input_copy"},
-    ]
-    results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path / "out", batch_sizes=[8], runs=3,
+    rows = [dict(r, path=str(ckpt)) for r in rows]
+    results = benchmark.run_benchmark(rows, corpus, None, tmp_path / "out", batch_sizes=[8], runs=3,
                                       clock=clock, **quiet)
+    return results, loads
+
+
+@pytest.fixture()
+def stub_bench(tiny_corpus, tmp_path, monkeypatch):
+    """Loads, order and every ratio are known exactly."""
+    per_pass = {("fairseq greedy", 1): 0.2, ("fairseq beam", 4): 0.5, ("fairseq beam", 5): 0.8,
+                ("IBDecoder", 4): 0.25, ("CTranslate2 greedy", 1): 0.02, ("drafting", 1): 0.1,
+                ("slow drafting", 1): 0.4}
+    rows = [
+        {"method": "drafting", "args": "--task fast_translation --drafter jacobi_hgj"},
+        {"method": "fairseq greedy", "baseline": True},
+        {"method": "fairseq beam", "beams": [4, 5], "baseline": True},
+        {"method": "IBDecoder", "args": "--target-order interleave", "beams": [4], "vs_beam5": True},
+        {"method": "CTranslate2 greedy", "backend": "ctranslate2"},
+        {"method": "slow drafting", "args": "--drafter input_copy"},
+    ]
+    results, loads = run_stubs(rows, per_pass, tiny_corpus, tmp_path, monkeypatch)
     return results, loads, tmp_path / "out"
 
 
@@ -161,6 +167,15 @@ def test_rows_are_timed_against_loaded_baselines_with_known_ratios(stub_bench):
     assert by[("drafting", 1)]["model_calls"] == 8 and by[("drafting", 1)]["model_calls_all"] == 60
     assert by[("drafting", 1)]["peak_mem_mb"] is None  # stubs hold no torch models
     assert (out / "speed_vs_bleu.png").stat().st_size > 1000
+
+
+def test_beam_rows_without_a_greedy_baseline_get_no_ratio_vs_greedy(tiny_corpus, tmp_path, monkeypatch):
+    rows = [{"method": "fairseq beam", "beams": [4], "baseline": True}, {"method": "IBDecoder", "beams": [4]}]
+    results, _ = run_stubs(rows, {("fairseq beam", 4): 0.5, ("IBDecoder", 4): 0.25}, tiny_corpus, tmp_path,
+                           monkeypatch)
+    beam, ib = results
+    assert beam["speed_ratio"] == 1.0 and ib["speed_ratio"] == pytest.approx(2.0)
+    assert beam["ratio_vs_greedy"] is None and ib["ratio_vs_greedy"] is None and ib["ratio_vs_beam5"] is None
 
 
 def test_derived_memory_difference():
