@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Side-by-side decoding benchmark (SPEC §4): every method, one process, one test set.
 
-Each *row* of a rows file (JSON list) is a decoding configuration written as fairseq-generate
-arguments, so the benchmark measures exactly what a user runs::
+Each *row* of a rows file (JSON list; ``--rows`` takes several files, concatenated in order) is a
+decoding configuration written as fairseq-generate arguments, so the benchmark measures exactly
+what a user runs::
 
     {"method": "fairseq greedy", "model": "baseline", "args": "--task fast_translation",
      "beams": [1], "baseline": true}
@@ -11,26 +12,53 @@ arguments, so the benchmark measures exactly what a user runs::
     {"method": "CTranslate2 greedy", "model": "baseline", "backend": "ctranslate2"}
 
 ``model`` names ``<checkpoints>/<model>/checkpoint_best.pt`` (or give ``path``); ``corpus`` replaces
-the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``).  For every row x beam x batch size
-the harness loads the model once (loading is never timed), decodes the whole test set once for
-BLEU (sacreBLEU on detokenised output, against the raw reference file) and the
-identical-to-greedy fraction, then times a warm-up and ``--runs`` passes over the sentences with
-id < ``--timed-sentences`` (the split is in hash order: a random sample of every length), batched
-in fairseq-generate's length-sorted order.
+the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``).
+Optional: ``family`` (the plot's marker: anchors, orders, draft-and-verify, non-autoregressive;
+default from the row, see :func:`family_of`), ``"vs_beam5": true`` (the row must get
+``ratio_vs_beam5``: an error when no fairseq beam-5 baseline row runs).
 
-Speed: ``seconds`` is the mean time of one timed pass (``seconds_min`` its minimum),
-``tokens_per_s`` counts generated target tokens including EOS (fairseq-generate's count),
-``speed_ratio`` = baseline seconds / row seconds, where the baseline is the row marked
-``"baseline": true`` on the same corpus with the same batch size and beam (or beam 1 when it has
-no such beam),
-measured in the same run.  ``model_calls`` are decoder invocations over the whole test set
-(the generator's own count where it keeps one, else a forward hook on the decoder's first layer);
-``mean_accepted`` is tokens accepted per draft-verify iteration.
+For every row x beam x batch size the harness loads the model once (loading is never timed),
+decodes the whole test set once for BLEU (sacreBLEU on detokenised output, against the raw
+reference file; ``bleu_bp`` / ``bleu_ratio`` are its brevity penalty and hypothesis/reference
+length ratio, so early stopping shows) and the identical-to-greedy fraction, then times a warm-up
+and ``--runs`` passes over the sentences with id < ``--timed-sentences`` (the split is in hash
+order: a random sample of every length), batched in fairseq-generate's length-sorted order.
+
+Speed, interleaved: baseline rows run first and stay loaded.  Every other row is timed in one loop
+with its *reference* -- the baseline row of the same corpus, batch size and beam (else beam 1) --
+alternating which of the two goes first (row, ref | ref, row | row, ref ...), after a warm-up of
+both, so that a job on another core that comes or goes slows both alike and a steady drift
+cancels.  ``speed_ratio`` = geometric mean over the ``runs`` pairs of (reference time / row time)
+(``speed_ratio_range``: min and max over the pairs; geometric so that ratios invert and chain
+exactly).  ``ratio_vs_greedy`` is the ratio vs fairseq greedy of the same corpus and batch size:
+measured for rows whose reference is greedy; for a row timed against a beam-k baseline it is
+``speed_ratio`` times that baseline's own ``ratio_vs_greedy`` (itself timed interleaved with
+greedy).  Derived from those interleaved pairs: ``ratio_vs_ct2`` = ratio_vs_greedy / the
+CTranslate2 greedy row's ratio_vs_greedy (same corpus and batch size), ``ratio_vs_beam5`` =
+ratio_vs_greedy / the fairseq beam-5 baseline's (for every beam-1 row when such a baseline runs,
+and for rows that ask with ``vs_beam5``).  ``seconds`` is the mean time of one timed pass of the
+row (``seconds_min`` its minimum), ``tokens_per_s`` counts generated target tokens including EOS
+(fairseq-generate's count, ``timed_tokens``).
+
+Counts: ``model_calls`` (decoder invocations: the generator's own count where it keeps one, else a
+forward hook on the decoder's first layer) and ``mean_accepted`` (tokens appended per row per
+draft-verify iteration) are counted at *each* batch size over the timed sentences (the first timed
+pass; ``counts_sentences`` says how many); ``model_calls_all`` / ``mean_accepted_all`` cover every
+sentence in the quality pass (at ``bleu_batch_size``).
+
+Memory: ``peak_mem_mb`` = the row's weights (parameters and buffers of every model it holds, a
+drafter's included) + the peak of tensor memory allocated above the level before the decode, over
+the ``MEMORY_BATCHES`` timed batches with the longest sources, in an extra untimed pass: on CUDA
+``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``; on CPU the running sum of
+the CPU allocator's events recorded by ``torch.profiler`` (``profile_memory``), in time order.
+``mem_vs_greedy`` = peak_mem_mb minus fairseq greedy's (MB, same corpus and batch size).  None for
+CTranslate2 rows (their memory is not torch's).
 
 Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out``.
 """
 import argparse
 import json
+import math
 import os
 import shlex
 import statistics
@@ -41,8 +69,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_plugins"
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _p in (REPO, REPO / "scripts"):  # the plugin; benchmark_plot beside this file
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 
 class BenchmarkError(RuntimeError):
@@ -88,15 +117,18 @@ class Corpus:
         return MosesDetokenizer(lang=self.tgt).detokenize(text.split())
 
     def bleu(self, hypotheses, ids):
+        """sacreBLEU of ``hypotheses`` against the references ``ids``: score, signature, brevity
+        penalty and the hypothesis/reference length ratio (all None without references)."""
         import sacrebleu
 
         if self.references is None:
-            return None, None
+            return dict(bleu=None, signature=None, bp=None, ratio=None)
         refs = [self.references[i] for i in ids]
         tokenize = "ja-mecab" if self.tgt.startswith("ja") else "13a"
         metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
         score = metric.corpus_score(hypotheses, [refs])
-        return round(score.score, 2), str(metric.get_signature())
+        return dict(bleu=round(score.score, 2), signature=str(metric.get_signature()), bp=round(score.bp, 4),
+                    ratio=round(score.ratio, 4))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -270,8 +302,66 @@ class CTranslate2Runner:
 
 
 # ----------------------------------------------------------------------------------------------
-# the harness
+# rows: files and families
 # ----------------------------------------------------------------------------------------------
+
+from benchmark_plot import FAMILIES  # noqa: E402  (anchors, orders, draft-and-verify, non-autoregressive)
+
+
+def load_rows(paths):
+    """The rows of several files, concatenated in order.  A row repeated verbatim in a later file (a
+    baseline every family's file carries) is kept once; another row under the same method is an error."""
+    rows, seen = [], {}
+    for path in map(Path, paths):
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise BenchmarkError(f"rows file {path} not found (see configs/benchmark/)") from None
+        except json.JSONDecodeError as e:
+            raise BenchmarkError(f"rows file {path} is not valid JSON: {e}") from None
+        if not isinstance(data, list):
+            raise BenchmarkError(f"rows file {path} must hold a JSON list of rows")
+        for row in data:
+            if not isinstance(row, dict) or "method" not in row:
+                raise BenchmarkError(f"{path}: every row needs a 'method' (got {row!r})")
+            first = seen.get(row["method"])
+            if first is not None:
+                if first[1] == row:
+                    continue
+                raise BenchmarkError(f"method '{row['method']}' is defined differently in {first[0]} and {path}: "
+                                     "give one of them another name")
+            seen[row["method"]] = (path, row)
+            rows.append(row)
+    return rows
+
+
+def _flag(args, name):
+    """The value of ``name`` in an argument list (``--x v`` or ``--x=v``; True without a value), else None."""
+    for i, a in enumerate(args):
+        if a == name:
+            return args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def family_of(row):
+    """The row's method family (the plot's marker): its ``family`` field, else from its backend/args."""
+    family = row.get("family")
+    if family is not None:
+        if family not in FAMILIES:
+            raise BenchmarkError(f"row '{row['method']}': unknown family '{family}' (choose from {', '.join(FAMILIES)})")
+        return family
+    if row.get("backend", "fairseq") == "ctranslate2":
+        return "anchors"
+    args = shlex.split(row.get("args", ""))
+    if _flag(args, "--task") == "translation_lev" or _flag(args, "--acceptance") == "all":
+        return "non-autoregressive"  # Mask-Predict; a drafter decoding alone (GAD's "NAR drafter" row)
+    if _flag(args, "--drafter") not in (None, "none"):
+        return "draft-and-verify"
+    if any(_flag(args, f) is not None for f in ("--target-order", "--tokens-per-direction", "--directions")):
+        return "orders"
+    return "anchors"  # fairseq's own greedy and beam, and the engine's greedy (--drafter none): no method on top
 
 
 def expand_rows(rows, batch_sizes):
@@ -288,20 +378,6 @@ def checkpoint_of(row, checkpoints):
             f"row '{row['method']}': checkpoint {path} not found; train it first (scripts/train.sh "
             f"{row.get('model', '<config>')}) or fix 'model'/'path' in the rows file")
     return path
-
-
-def time_runs(runner, batches, runs, warmup=1):
-    """Warm-up then ``runs`` timed passes over ``batches``; returns the list of pass times."""
-    for _ in range(warmup):
-        runner.decode(batches[: max(1, min(len(batches), 4))])
-    times = []
-    for _ in range(runs):
-        runner.sync()
-        t0 = time.perf_counter()
-        runner.decode(batches)
-        runner.sync()
-        times.append(time.perf_counter() - t0)
-    return times
 
 
 class FirstSentences:
@@ -323,36 +399,197 @@ def _n_sentences(batches):
     return sum(len(b["id"]) if isinstance(b, dict) else len(b) for b in batches)
 
 
-def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, timed_sentences=0,
-                  device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200),
-                  quality_batch_size=None):
-    """Run every row; returns the list of result dicts (also written to ``out``).
+def _ids(batch):
+    return batch["id"].tolist() if isinstance(batch, dict) else [sid for sid, _ in batch]
 
-    Quality (BLEU over every sentence, model calls, mean accepted) comes from one full pass per
-    row x beam x batch size, or, with ``quality_batch_size``, from one full pass at that batch size
-    reported for every batch size (``bleu_batch_size`` says which); the other batch sizes then decode
-    the timed sentences only, and lossless rows are compared with greedy on those sentences."""
+
+# ----------------------------------------------------------------------------------------------
+# measurements: interleaved timing, peak memory
+# ----------------------------------------------------------------------------------------------
+
+
+def time_interleaved(runners, runs, warmup=1, clock=time.perf_counter):
+    """Time ``runners[0]`` (the row) interleaved with ``runners[1:]`` (its references).
+
+    After ``warmup`` short passes of each runner, ``runs`` rounds in which every runner decodes its
+    timed batches once, the order reversed every other round (0 1 | 1 0 | 0 1 ...): each reference
+    time has a row time measured beside it under the same load, and a steady drift cancels.  The
+    row's counters are reset before its first timed pass and read right after it.  Returns (the
+    pass times of every runner, (model calls, stats) of the row's first timed pass)."""
+    for runner in runners:
+        for _ in range(warmup):
+            runner.decode(runner.timed_batches[: max(1, min(len(runner.timed_batches), 4))])
+    times = [[] for _ in runners]
+    counts = None
+    for k in range(runs):
+        for j in (range(len(runners)) if k % 2 == 0 else reversed(range(len(runners)))):
+            runner = runners[j]
+            if j == 0 and k == 0:
+                runner.reset_stats()
+            runner.sync()
+            t0 = clock()
+            runner.decode(runner.timed_batches)
+            runner.sync()
+            times[j].append(clock() - t0)
+            if j == 0 and k == 0:
+                counts = (runner.model_calls(), runner.stats())
+    return times, counts
+
+
+def pair_ratio(ref_times, row_times):
+    """Geometric mean over the interleaved pairs of reference time / row time, and (min, max)."""
+    ratios = [ref / row for ref, row in zip(ref_times, row_times)]
+    return math.exp(statistics.fmean(math.log(r) for r in ratios)), (min(ratios), max(ratios))
+
+
+MEMORY_BATCHES = 4  # peak memory over the timed batches with the longest sources (length-sorted order)
+
+
+def _modules(roots, depth=3):
+    """Every torch module reachable from ``roots`` through attributes, lists and dicts (a generator
+    holds its models, an engine its drafter, a drafter its own model)."""
     import torch
 
+    seen, found, frontier = set(), [], list(roots)
+    for _ in range(depth + 1):
+        nxt = []
+        for obj in frontier:
+            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.Tensor)):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, torch.nn.Module):
+                found.append(obj)
+            elif isinstance(obj, (list, tuple, set)):
+                nxt.extend(obj)
+            elif isinstance(obj, dict):
+                nxt.extend(obj.values())
+            elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+                nxt.extend(vars(obj).values())
+        frontier = nxt
+    return found
+
+
+def weight_bytes(runner):
+    """Bytes of the parameters and buffers of every model the runner holds (shared storage once)."""
+    seen, total = set(), 0
+    for module in _modules([runner.models, runner.generator]):
+        for t in list(module.parameters()) + list(module.buffers()):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+    return total
+
+
+def cpu_peak_bytes(fn):
+    """Peak of torch's CPU tensor memory while ``fn()`` runs, above its level at the start: the
+    running sum, in time order, of the allocator's events recorded by the profiler (profile_memory)."""
+    from torch.autograd import DeviceType, profiler
+
+    with profiler.profile(profile_memory=True, record_shapes=False) as prof:
+        fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+    level = peak = 0
+    for _, nbytes in events:
+        level += nbytes
+        peak = max(peak, level)
+    return peak
+
+
+def peak_memory_mb(runner, device):
+    """Weights + peak decode memory (MB) over the ``MEMORY_BATCHES`` longest-source timed batches;
+    None for a backend whose memory torch does not see (CTranslate2)."""
+    if not hasattr(runner, "models"):
+        return None
+    import torch
+
+    batches = runner.timed_batches[-MEMORY_BATCHES:]
+    if device == "cpu":
+        extra = cpu_peak_bytes(lambda: runner.decode(batches))
+    else:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        runner.decode(batches)
+        torch.cuda.synchronize()
+        extra = torch.cuda.max_memory_allocated() - base
+    return round((weight_bytes(runner) + extra) / 2 ** 20, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# the harness
+# ----------------------------------------------------------------------------------------------
+
+
+def _mean_accepted(stats):
+    return round(stats["accepted_tokens"] / stats["iterations"], 3) if stats.get("iterations") else None
+
+
+def _corpus_folder(row, data):
+    # a row may decode another corpus of the same data root, e.g. "corpus": "pt_PT-pt_BR"
+    return str(Path(data).parent / row["corpus"]) if "corpus" in row else str(data)
+
+
+def _check_plan(plan, data):
+    """Fail before anything runs: one baseline per (corpus, batch size, beam); rows that ask for
+    ratio_vs_beam5 have a fairseq beam-5 baseline on their corpus."""
+    baselines = {}
+    for row, beam, bs in plan:
+        if row.get("baseline"):
+            key = (_corpus_folder(row, data), bs, beam)
+            if key in baselines and baselines[key] != row["method"]:
+                raise BenchmarkError(f"rows '{baselines[key]}' and '{row['method']}' are both baselines for "
+                                     f"{Path(key[0]).name}, beam {beam}, batch {bs}: mark only one \"baseline\": true")
+            baselines[key] = row["method"]
+    for row, beam, bs in plan:
+        if row.get("vs_beam5") and (_corpus_folder(row, data), bs, 5) not in baselines:
+            raise BenchmarkError(f"row '{row['method']}' asks for ratio_vs_beam5 but no baseline row decodes "
+                                 f"{Path(_corpus_folder(row, data)).name} with beam 5 at batch {bs}: add 5 to the "
+                                 "\"beams\" of the fairseq beam baseline row")
+
+
+def _load_runner(row, corpus, ckpt, beam, bs, device, fp16, threads, out, max_len, timed_sentences):
+    if row.get("backend", "fairseq") == "ctranslate2":
+        return CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences)
+    return FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len, timed_sentences)
+
+
+def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, timed_sentences=0,
+                  device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200),
+                  quality_batch_size=None, memory=True, clock=time.perf_counter):
+    """Run every row; returns the list of result dicts in the rows' order (also written to ``out``).
+
+    Quality (BLEU over every sentence) comes from one full pass per row x beam x batch size, or,
+    with ``quality_batch_size``, from one full pass at that batch size reported for every batch
+    size (``bleu_batch_size`` says which); the other batch sizes then decode the timed sentences
+    only, and lossless rows are compared with greedy on those sentences.  Baseline rows run first
+    (greedy before beams) and stay loaded: every other row is timed interleaved with its reference."""
+    import torch
+
+    if runs < 1:
+        raise BenchmarkError(f"--runs must be at least 1 (got {runs})")
     threads = threads or torch.get_num_threads()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    corpora = {}
-    results, greedy_tokens, quality = [], {}, {}
+    families = {row["method"]: family_of(row) for row in rows}
+    vs_beam5 = {row["method"] for row in rows if row.get("vs_beam5")}
     order = sorted(batch_sizes, key=lambda b: b != quality_batch_size)  # the quality pass first
     plan = list(expand_rows(rows, order))
-    for n, (row, beam, bs) in enumerate(plan, 1):
-        # a row may decode another corpus of the same data root, e.g. "corpus": "pt_PT-pt_BR"
-        folder = str(Path(data).parent / row["corpus"]) if "corpus" in row else str(data)
+    _check_plan(plan, data)
+    schedule = sorted(range(len(plan)), key=lambda i: 2 if not plan[i][0].get("baseline") else int(plan[i][1] != 1))
+    corpora, greedy_tokens, quality = {}, {}, {}
+    references = {}  # (corpus folder, batch size, beam) -> (runner, result) of a baseline row, kept loaded
+    results = [None] * len(plan)
+    for n, slot in enumerate(schedule, 1):
+        row, beam, bs = plan[slot]
+        folder = _corpus_folder(row, data)
         corpus = corpora.get(folder) or corpora.setdefault(folder, Corpus(folder))
         ckpt = checkpoint_of(row, checkpoints)
         backend = row.get("backend", "fairseq")
+        baseline = bool(row.get("baseline"))
         log(f"[bench {n}/{len(plan)}] {row['method']} | beam {beam} | batch {bs}", flush=True)
-        if backend == "ctranslate2":
-            runner = CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences)
-        else:
-            runner = FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len,
-                                   timed_sentences)
+        runner = _load_runner(row, corpus, ckpt, beam, bs, device, fp16, threads, out, max_len, timed_sentences)
         timed = runner.timed_batches
         full = quality_batch_size is None or bs == quality_batch_size
         # the quality pass: all sentences (none dropped), or the timed ones when reused from qbs
@@ -363,13 +600,12 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         if full:
             if corpus.references is not None and len(ids) != len(corpus.references):
                 raise BenchmarkError(f"row '{row['method']}' translated {len(ids)} of {len(corpus.references)} sentences")
-            bleu, signature = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
-            stats = runner.stats()
-            quality[qkey] = dict(bleu=bleu, signature=signature, calls=runner.model_calls(), stats=stats,
-                                 sentences=len(ids), bleu_batch_size=bs)
+            score = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
+            quality[qkey] = dict(score, calls=runner.model_calls(), stats=runner.stats(), sentences=len(ids),
+                                 bleu_batch_size=bs)
         q = quality[qkey]
         key = (str(ckpt), bs)  # lossless = identical to fairseq greedy at the same batch size
-        if row.get("baseline") and beam == 1:
+        if baseline and beam == 1:
             greedy_tokens[key] = tokens
         identical = None
         if row.get("lossless"):
@@ -378,57 +614,117 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
                 raise BenchmarkError(f"row '{row['method']}' is lossless but no greedy baseline row "
                                      "(\"baseline\": true, beam 1) ran before it on the same model and batch size")
             identical = sum(tokens[i] == ref[i] for i in ids) / len(ids)
-        # timing
-        times = time_runs(runner, timed, runs)
-        produced = sum(len(tokens[i]) for b in timed for i in (b["id"].tolist() if isinstance(b, dict) else [s for s, _ in b]))
-        mean = statistics.mean(times)
-        stats = q["stats"]
+        # timing, interleaved with the reference (a greedy baseline is the reference of itself)
+        reference = None if baseline and beam == 1 else (references.get((folder, bs, beam))
+                                                          or references.get((folder, bs, 1)))
+        runners = [runner] + ([reference[0]] if reference else [])
+        times, (calls, stats) = time_interleaved(runners, runs, clock=clock)
+        speed_ratio = ratio_vs_greedy = spread = None
+        if reference:
+            ratio, spread = pair_ratio(times[1], times[0])
+            ref_result = reference[1]
+            speed_ratio = 1.0 if baseline else ratio
+            chained = ref_result["ratio_vs_greedy"]
+            ratio_vs_greedy = ratio * chained if chained is not None else None
+        elif baseline:  # the reference itself; a beam baseline without a greedy one has no ratio vs greedy
+            speed_ratio, ratio_vs_greedy = 1.0, (1.0 if beam == 1 else None)
+        produced = sum(len(tokens[s]) for b in timed for s in _ids(b))
+        mean = statistics.mean(times[0])
+        peak = peak_memory_mb(runner, device) if memory else None
+        qstats = q["stats"]
         result = {
-            "method": row["method"], "config": row.get("args", backend).strip() or backend,
+            "method": row["method"], "family": families[row["method"]],
+            "config": row.get("args", backend).strip() or backend,
             "model": row.get("model", str(ckpt)), "corpus": corpus.folder.name, "batch_size": bs, "beam": beam,
-            "bleu": q["bleu"], "sacrebleu_signature": q["signature"], "sentences": q["sentences"],
-            "bleu_batch_size": q["bleu_batch_size"], "timed_sentences": _n_sentences(timed), "runs": runs,
-            "seconds": round(mean, 4), "seconds_min": round(min(times), 4),
+            "bleu": q["bleu"], "bleu_bp": q["bp"], "bleu_ratio": q["ratio"], "sacrebleu_signature": q["signature"],
+            "sentences": q["sentences"], "bleu_batch_size": q["bleu_batch_size"],
+            "timed_sentences": _n_sentences(timed), "runs": runs, "timed_tokens": produced,
+            "seconds": round(mean, 4), "seconds_min": round(min(times[0]), 4),
             "tokens_per_s": round(produced / mean, 1), "sentences_per_s": round(_n_sentences(timed) / mean, 2),
-            "speed_ratio": None, "model_calls": q["calls"],
-            "mean_accepted": round(stats["accepted_tokens"] / stats["iterations"], 3)
-            if stats.get("iterations") else None,
+            "speed_ratio": None if speed_ratio is None else round(speed_ratio, 3),
+            "speed_ratio_range": None if spread is None else [round(x, 3) for x in spread],
+            "ratio_vs": (f"{reference[1]['method']} (beam {reference[1]['beam']}, batch {bs}), interleaved"
+                         if reference else ("itself" if baseline else None)),
+            "ratio_vs_greedy": None if ratio_vs_greedy is None else round(ratio_vs_greedy, 3),
+            "ratio_vs_ct2": None, "ratio_vs_beam5": None,
+            "model_calls": calls, "mean_accepted": _mean_accepted(stats),
+            "counts_over": "timed sentences", "counts_sentences": _n_sentences(timed),
+            "model_calls_all": q["calls"], "mean_accepted_all": _mean_accepted(qstats),
             "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,
+            "peak_mem_mb": peak, "mem_vs_greedy": None,
             "device": device, "dtype": "fp16" if fp16 else "fp32",
-            "threads": threads, "backend": backend, "baseline": bool(row.get("baseline")),
+            "threads": threads, "backend": backend, "baseline": baseline,
             "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
         for k in ("length_oracle", "oracle_model_calls"):
             if k in stats:
                 result[k] = stats[k]
-        results.append(result)
-        log(f"    BLEU {q['bleu']}  {result['tokens_per_s']} tok/s  {mean:.3f}s/pass  calls {q['calls']}"
-            + (f"  identical {identical:.3f} of {len(ids)}" if identical is not None else ""), flush=True)
+        results[slot] = result
+        log(f"    BLEU {q['bleu']}  {result['tokens_per_s']} tok/s  {mean:.3f}s/pass  speed x{result['speed_ratio']}"
+            f"  calls {calls}" + (f"  identical {identical:.3f} of {len(ids)}" if identical is not None else ""),
+            flush=True)
+        if baseline:
+            references[(folder, bs, beam)] = (runner, result)
         del runner
-    add_speed_ratios(results)
+    add_derived_ratios(results, vs_beam5)
     write_outputs(results, out)
     return results
 
 
-def add_speed_ratios(results):
-    base = {(r["corpus"], r["batch_size"], r["beam"]): r for r in results if r["baseline"]}
+def add_derived_ratios(results, vs_beam5=()):
+    """ratio_vs_ct2, ratio_vs_beam5 and mem_vs_greedy from each row's ratio_vs_greedy / peak memory
+    and those of the CTranslate2 greedy row / fairseq beam-5 baseline / fairseq greedy baseline of
+    the same corpus and batch size."""
+    greedy, ct2, beam5 = {}, {}, {}
     for r in results:
-        b = base.get((r["corpus"], r["batch_size"], r["beam"])) or base.get((r["corpus"], r["batch_size"], 1))
-        if b and b["timed_sentences"] == r["timed_sentences"]:
-            r["speed_ratio"] = round(b["seconds"] / r["seconds"], 3)
-            r["ratio_vs"] = f"{b['method']} (beam {b['beam']}, batch {b['batch_size']})"
+        key = (r["corpus"], r["batch_size"])
+        if r["baseline"] and r["backend"] == "fairseq":
+            if r["beam"] == 1:
+                greedy[key] = r
+            elif r["beam"] == 5:
+                beam5[key] = r
+    for r in results:
+        key = (r["corpus"], r["batch_size"])
+        if r["backend"] == "ctranslate2" and r["beam"] == 1:
+            # the CTranslate2 conversion of the greedy baseline's model when there are several
+            if key not in ct2 or (key in greedy and r["model"] == greedy[key]["model"]):
+                ct2[key] = r
+
+    def ratio(a, b):
+        return round(a / b, 3) if a is not None and b else None
+
+    for r in results:
+        key = (r["corpus"], r["batch_size"])
+        x = r["ratio_vs_greedy"]
+        if key in ct2:
+            r["ratio_vs_ct2"] = ratio(x, ct2[key]["ratio_vs_greedy"])
+        if key in beam5 and (r["beam"] == 1 or r["method"] in vs_beam5):
+            r["ratio_vs_beam5"] = ratio(x, beam5[key]["ratio_vs_greedy"])
+        g = greedy.get(key)
+        if g is not None and r["peak_mem_mb"] is not None and g["peak_mem_mb"] is not None:
+            r["mem_vs_greedy"] = round(r["peak_mem_mb"] - g["peak_mem_mb"], 2)
+
+
+# (key, header, format); the optional ones only appear when some row has a value
+TABLE = [("method", "method", None), ("corpus", "corpus", None), ("beam", "beam", None),
+         ("batch_size", "batch", None), ("bleu", "BLEU", None), ("bleu_bp", "BP", "{:.3f}"),
+         ("tokens_per_s", "tok/s", None), ("speed_ratio", "speed ×", None),
+         ("ratio_vs_ct2", "× CT2", None), ("ratio_vs_beam5", "× beam 5", None),
+         ("model_calls", "model calls", None), ("mean_accepted", "mean accepted", None),
+         ("peak_mem_mb", "peak MB", None), ("mem_vs_greedy", "MB vs greedy", "{:+.1f}"),
+         ("identical_to_greedy", "identical", "{:.3f}")]
+OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "peak_mem_mb", "mem_vs_greedy", "mean_accepted",
+            "identical_to_greedy"}
 
 
 def markdown_table(results):
-    cols = ["method", "corpus", "beam", "batch_size", "bleu", "tokens_per_s", "speed_ratio", "model_calls",
-            "mean_accepted", "identical_to_greedy"]
-    head = ["method", "corpus", "beam", "batch", "BLEU", "tok/s", "speed ×", "model calls", "mean accepted", "identical"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    cols = [c for c in TABLE if c[0] not in OPTIONAL or any(r.get(c[0]) is not None for r in results)]
+    lines = ["| " + " | ".join(h for _, h, _ in cols) + " |", "|" + "---|" * len(cols)]
     for r in results:
         cells = []
-        for c in cols:
-            v = r.get(c)
-            cells.append("–" if v is None else (f"{v:.3f}" if isinstance(v, float) and c == "identical_to_greedy" else str(v)))
+        for key, _, fmt in cols:
+            v = r.get(key)
+            cells.append("–" if v is None else (fmt.format(v) if fmt else str(v)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -441,69 +737,53 @@ def write_outputs(results, out):
     meta = results[0] if results else {}
     header = (f"Device {meta.get('device')}, {meta.get('dtype')}, {meta.get('threads')} threads; "
               f"{meta.get('sentences')} test sentences for BLEU, {meta.get('timed_sentences')} timed x "
-              f"{meta.get('runs')} runs (batches sorted by source length). speed × = baseline seconds / "
-              "row seconds, same run.\n\n")
+              f"{meta.get('runs')} runs (batches sorted by source length). speed × = reference seconds / row "
+              "seconds, geometric mean over pairs timed interleaved with the row's reference (fairseq's own "
+              "greedy, or its beam of the same width) in the same run; × CT2 and × beam 5 are derived from the "
+              "ratios vs fairseq greedy. Model calls and mean accepted: over the timed sentences at that batch "
+              f"size. Peak MB: weights + peak tensor memory of a decode ({MEMORY_BATCHES} longest-source timed "
+              "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})
     (out / "results.md").write_text(header + markdown_table(results) + "\n\n" + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
+    from benchmark_plot import plot
+
     plot(results, out / "speed_vs_bleu.png")
-
-
-def plot(results, path):
-    import logging
-
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup leaves DEBUG on
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
-    for ax, bs in zip(axes, sorted({r["batch_size"] for r in results})[:2]):
-        for r in (r for r in results if r["batch_size"] == bs and r["bleu"] is not None):
-            ax.scatter(r["tokens_per_s"], r["bleu"], s=30)
-            ax.annotate(f"{r['method']} b{r['beam']}", (r["tokens_per_s"], r["bleu"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_xlabel("target tokens / s (log)")
-        ax.set_title(f"batch size {bs}")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("sacreBLEU")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", required=True, help="JSON list of rows (see configs/benchmark/)")
+    ap.add_argument("--rows", required=True, nargs="+",
+                    help="JSON lists of rows (see configs/benchmark/), concatenated in order")
     ap.add_argument("--data", required=True, help="corpus folder (with bin/ and raw test files)")
     ap.add_argument("--checkpoints", default="checkpoints", help="folder of <model>/checkpoint_best.pt")
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="timed passes per row (each paired with one of its reference)")
     ap.add_argument("--timed-sentences", type=int, default=0, help="time only the sentences with id < N, a random sample (0: all)")
     ap.add_argument("--only", nargs="*", help="run only rows whose method contains one of these strings")
     ap.add_argument("--quality-batch-size", type=int, default=None,
-                    help="compute BLEU/calls/acceptance once per row at this batch size (default: at every one)")
+                    help="compute BLEU once per row at this batch size (default: at every one)")
     ap.add_argument("--skip-missing", action="store_true", help="skip rows whose checkpoint is not trained yet")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (peak_mem_mb = null)")
     ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's)")
     ap.add_argument("--max-len-a", type=float, default=1.2, help="every row: output length <= a*src_len + b")
     ap.add_argument("--max-len-b", type=int, default=10)
     args = ap.parse_args(argv)
-    rows = json.loads(Path(args.rows).read_text())
-    if args.skip_missing:
-        missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints)]
-        for r in missing:
-            print(f"[bench] skipping '{r['method']}': checkpoint of '{r.get('model', r.get('path'))}' not trained")
-        rows = [r for r in rows if r not in missing]
-    if args.only:
-        rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
     try:
+        rows = load_rows(args.rows)
+        if args.skip_missing:
+            missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints)]
+            for r in missing:
+                print(f"[bench] skipping '{r['method']}': checkpoint of '{r.get('model', r.get('path'))}' not trained")
+            rows = [r for r in rows if r not in missing]
+        if args.only:
+            rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
         results = run_benchmark(rows, args.data, args.checkpoints, args.out, args.batch_sizes, args.runs,
                                 args.timed_sentences, args.device, args.fp16, args.threads,
-                                max_len=(args.max_len_a, args.max_len_b), quality_batch_size=args.quality_batch_size)
+                                max_len=(args.max_len_a, args.max_len_b), quality_batch_size=args.quality_batch_size,
+                                memory=not args.no_memory)
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))

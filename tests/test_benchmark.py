@@ -1,5 +1,7 @@
-"""scripts/benchmark.py: output schema (SPEC §4) on a tiny model, and clear errors."""
+"""scripts/benchmark.py: interleaved timing and ratios (stub runners with known times), rows files,
+families, the plot's Pareto front, and the output schema and counts on the tiny model."""
 import json
+import math
 import sys
 
 import pytest
@@ -8,10 +10,238 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 import benchmark  # noqa: E402
+import benchmark_plot  # noqa: E402
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
                "tokens_per_s", "speed_ratio", "model_calls", "mean_accepted", "identical_to_greedy",
                "device", "dtype"}
+NEW_FIELDS = {"family", "bleu_bp", "bleu_ratio", "ratio_vs_greedy", "ratio_vs_ct2", "ratio_vs_beam5",
+              "speed_ratio_range", "peak_mem_mb", "mem_vs_greedy", "counts_over", "counts_sentences",
+              "model_calls_all", "mean_accepted_all", "timed_tokens"}
+quiet = dict(log=lambda *a, **k: None)
+
+
+# ----------------------------------------------------------------------------------------------
+# stub runners on a fake clock: every timed pass of a runner costs a known time
+# ----------------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self, load_of_round=()):
+        self.t = 0.0
+        self.full_passes = 0
+        self.load_of_round = list(load_of_round)  # a job on the other core multiplies durations, per round of 2
+
+    def __call__(self):
+        return self.t
+
+    def load(self):
+        r = self.full_passes // 2
+        return self.load_of_round[r] if r < len(self.load_of_round) else 1.0
+
+
+class StubRunner:
+    """Decodes sentence ids into [id, EOS]; a full pass over the timed batches costs ``per_pass``
+    seconds of the fake clock (times the load); counts one model call per batch."""
+
+    def __init__(self, name, per_pass, clock, calls_log, n=120, timed=16, batch=2):
+        self.name, self.per_pass, self.clock, self.calls_log = name, per_pass, clock, calls_log
+        ids = [(i, None) for i in range(n)]
+        self.batches = [ids[i:i + batch] for i in range(0, n, batch)]
+        self.timed_batches = [b for b in self.batches if b[0][0] < timed]
+        self.timed = timed
+        self.calls = 0
+
+    def decode(self, batches):
+        n = sum(len(b) for b in batches)
+        self.clock.t += self.per_pass * (self.clock.load() if n == self.timed else 1.0) * n / self.timed
+        self.clock.full_passes += n == self.timed
+        self.calls += len(batches)
+        self.calls_log.append((self.name, n))
+        return {sid: [sid, 2] for b in batches for sid, _ in b}
+
+    def text(self, tokens, corpus):
+        return corpus.references[tokens[0]]
+
+    def stats(self):
+        return {}
+
+    def reset_stats(self):
+        self.calls = 0
+
+    def model_calls(self):
+        return self.calls
+
+    def sync(self):
+        pass
+
+
+def test_interleaved_timing_alternates_and_gives_the_known_ratio():
+    clock, log = FakeClock(), []
+    row, ref = StubRunner("row", 0.1, clock, log), StubRunner("ref", 0.2, clock, log)
+    times, (calls, _) = benchmark.time_interleaved([row, ref], runs=4, clock=clock)
+    # a warm-up of both on their first 4 batches (8 sentences), then row ref | ref row | row ref | ref row
+    assert log == [("row", 8), ("ref", 8)] + [(name, 16) for name in ["row", "ref", "ref", "row"] * 2]
+    assert times[0] == pytest.approx([0.1] * 4) and times[1] == pytest.approx([0.2] * 4)
+    assert calls == len(row.timed_batches) == 8  # counted over exactly one timed pass, not the warm-up
+    ratio, spread = benchmark.pair_ratio(times[1], times[0])
+    assert ratio == pytest.approx(2.0) and spread == pytest.approx((2.0, 2.0))
+    slower = StubRunner("slow", 0.5, clock, [])
+    times, _ = benchmark.time_interleaved([slower, ref], runs=2, clock=clock)
+    assert benchmark.pair_ratio(times[1], times[0])[0] == pytest.approx(0.4)
+
+
+def test_a_load_that_comes_and_goes_favours_neither_side():
+    """A job that starts on the other core halfway through slows both sides of the later pairs
+    alike: the interleaved ratio stays exact, where timing all row passes and then all reference
+    passes would put the load on the reference only (and report 6x)."""
+    clock, log = FakeClock(load_of_round=[1.0, 1.0, 3.0, 3.0]), []
+    row, ref = StubRunner("row", 0.1, clock, log), StubRunner("ref", 0.2, clock, log)
+    times, _ = benchmark.time_interleaved([row, ref], runs=4, clock=clock)
+    assert times[0] == pytest.approx([0.1, 0.1, 0.3, 0.3]) and times[1] == pytest.approx([0.2, 0.2, 0.6, 0.6])
+    assert benchmark.pair_ratio(times[1], times[0])[0] == pytest.approx(2.0)
+
+
+def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch):
+    """run_benchmark over stub runners (``per_pass[(method, beam)]`` seconds per timed pass)."""
+    clock, log, loads = FakeClock(), [], []
+
+    def load(row, corpus, ckpt, beam, bs, *args):
+        loads.append((row["method"], beam, bs))
+        return StubRunner(row["method"], per_pass[(row["method"], beam)], clock, log)
+
+    monkeypatch.setattr(benchmark, "_load_runner", load)
+    ckpt = tmp_path / "model.pt"
+    ckpt.write_text("")
+    rows = [dict(r, path=str(ckpt)) for r in rows]
+    results = benchmark.run_benchmark(rows, corpus, None, tmp_path / "out", batch_sizes=[8], runs=3,
+                                      clock=clock, **quiet)
+    return results, loads
+
+
+@pytest.fixture()
+def stub_bench(tiny_corpus, tmp_path, monkeypatch):
+    """Loads, order and every ratio are known exactly."""
+    per_pass = {("fairseq greedy", 1): 0.2, ("fairseq beam", 4): 0.5, ("fairseq beam", 5): 0.8,
+                ("IBDecoder", 4): 0.25, ("CTranslate2 greedy", 1): 0.02, ("drafting", 1): 0.1,
+                ("slow drafting", 1): 0.4}
+    rows = [
+        {"method": "drafting", "args": "--task fast_translation --drafter jacobi_hgj"},
+        {"method": "fairseq greedy", "baseline": True},
+        {"method": "fairseq beam", "beams": [4, 5], "baseline": True},
+        {"method": "IBDecoder", "args": "--target-order interleave", "beams": [4], "vs_beam5": True},
+        {"method": "CTranslate2 greedy", "backend": "ctranslate2"},
+        {"method": "slow drafting", "args": "--drafter input_copy"},
+    ]
+    results, loads = run_stubs(rows, per_pass, tiny_corpus, tmp_path, monkeypatch)
+    return results, loads, tmp_path / "out"
+
+
+def test_rows_are_timed_against_loaded_baselines_with_known_ratios(stub_bench):
+    results, loads, out = stub_bench
+    # baselines first (greedy before beams), each loaded once; results keep the rows' order
+    assert loads[:3] == [("fairseq greedy", 1, 8), ("fairseq beam", 4, 8), ("fairseq beam", 5, 8)]
+    assert len(loads) == len(set(loads)) == 7
+    assert [(r["method"], r["beam"]) for r in results] == [
+        ("drafting", 1), ("fairseq greedy", 1), ("fairseq beam", 4), ("fairseq beam", 5), ("IBDecoder", 4),
+        ("CTranslate2 greedy", 1), ("slow drafting", 1)]
+    by = {(r["method"], r["beam"]): r for r in results}
+    expect = {  # (speed_ratio, ratio_vs_greedy, ratio_vs_ct2, ratio_vs_beam5)
+        ("drafting", 1): (2.0, 2.0, 0.2, 8.0),
+        ("slow drafting", 1): (0.5, 0.5, 0.05, 2.0),
+        ("fairseq greedy", 1): (1.0, 1.0, 0.1, 4.0),
+        ("fairseq beam", 4): (1.0, 0.4, 0.04, None),
+        ("IBDecoder", 4): (2.0, 0.8, 0.08, 3.2),  # vs fairseq beam 4, chained to greedy; asked for beam 5
+        ("CTranslate2 greedy", 1): (10.0, 10.0, 1.0, 40.0),
+    }
+    for key, (speed, vs_greedy, vs_ct2, vs_beam5) in expect.items():
+        r = by[key]
+        assert r["speed_ratio"] == pytest.approx(speed), key
+        assert r["ratio_vs_greedy"] == pytest.approx(vs_greedy), key
+        assert r["ratio_vs_ct2"] == pytest.approx(vs_ct2), key
+        assert r["ratio_vs_beam5"] == (None if vs_beam5 is None else pytest.approx(vs_beam5)), key
+    assert "fairseq beam (beam 4" in by[("IBDecoder", 4)]["ratio_vs"]
+    assert by[("drafting", 1)]["seconds"] == pytest.approx(0.1)
+    assert by[("drafting", 1)]["family"] == "draft-and-verify" and by[("IBDecoder", 4)]["family"] == "orders"
+    assert by[("drafting", 1)]["bleu"] == 100.0 and by[("drafting", 1)]["bleu_bp"] == 1.0
+    assert by[("drafting", 1)]["model_calls"] == 8 and by[("drafting", 1)]["model_calls_all"] == 60
+    assert by[("drafting", 1)]["peak_mem_mb"] is None  # stubs hold no torch models
+    assert (out / "speed_vs_bleu.png").stat().st_size > 1000
+
+
+def test_beam_rows_without_a_greedy_baseline_get_no_ratio_vs_greedy(tiny_corpus, tmp_path, monkeypatch):
+    rows = [{"method": "fairseq beam", "beams": [4], "baseline": True}, {"method": "IBDecoder", "beams": [4]}]
+    results, _ = run_stubs(rows, {("fairseq beam", 4): 0.5, ("IBDecoder", 4): 0.25}, tiny_corpus, tmp_path,
+                           monkeypatch)
+    beam, ib = results
+    assert beam["speed_ratio"] == 1.0 and ib["speed_ratio"] == pytest.approx(2.0)
+    assert beam["ratio_vs_greedy"] is None and ib["ratio_vs_greedy"] is None and ib["ratio_vs_beam5"] is None
+
+
+def test_derived_memory_difference():
+    results = [
+        {"method": "g", "corpus": "c", "batch_size": 1, "beam": 1, "baseline": True, "backend": "fairseq",
+         "model": "m", "ratio_vs_greedy": 1.0, "peak_mem_mb": 100.0},
+        {"method": "gad", "corpus": "c", "batch_size": 1, "beam": 1, "baseline": False, "backend": "fairseq",
+         "model": "m", "ratio_vs_greedy": 3.0, "peak_mem_mb": 140.5},
+        {"method": "g", "corpus": "c", "batch_size": 32, "beam": 1, "baseline": True, "backend": "fairseq",
+         "model": "m", "ratio_vs_greedy": 1.0, "peak_mem_mb": 300.0},
+    ]
+    benchmark.add_derived_ratios(results)
+    assert results[1]["mem_vs_greedy"] == pytest.approx(40.5)
+    assert results[2]["mem_vs_greedy"] == 0.0  # compared within its own batch size
+    assert results[1].get("ratio_vs_ct2") is None and results[1].get("ratio_vs_beam5") is None
+
+
+# ----------------------------------------------------------------------------------------------
+# rows files, families, plan checks, the plot's Pareto front
+# ----------------------------------------------------------------------------------------------
+
+
+def test_rows_files_are_concatenated_in_order(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    base = {"method": "fairseq greedy", "model": "baseline", "baseline": True}
+    a.write_text(json.dumps([base, {"method": "x", "model": "m"}]))
+    b.write_text(json.dumps([dict(base), {"method": "y", "model": "m"}]))
+    assert [r["method"] for r in benchmark.load_rows([a, b])] == ["fairseq greedy", "x", "y"]
+    b.write_text(json.dumps([{"method": "x", "model": "other"}]))
+    with pytest.raises(benchmark.BenchmarkError, match="defined differently"):
+        benchmark.load_rows([a, b])
+    with pytest.raises(benchmark.BenchmarkError, match="not found"):
+        benchmark.load_rows([tmp_path / "missing.json"])
+
+
+def test_family_defaults_from_the_row():
+    rows = {r["method"]: r for r in json.loads((REPO / "configs" / "benchmark" / "demo.json").read_text())}
+    fam = {m: benchmark.family_of(r) for m, r in rows.items()}
+    assert fam["fairseq greedy (L2R)"] == fam["CTranslate2 beam"] == fam["engine greedy (no drafter)"] == "anchors"
+    assert fam["IBDecoder"] == fam["double-token L2R (SA c=2)"] == fam["R2L (single-token)"] == "orders"
+    assert fam["Jacobi HGJ b=3"] == fam["IAD input copy k=10 q=2 (en-de)"] == "draft-and-verify"
+    assert fam["Mask-Predict 4 it"] == "non-autoregressive"
+    assert benchmark.family_of({"method": "GAD drafter alone", "args": "--drafter nar --acceptance all"}) \
+        == "non-autoregressive"
+    assert benchmark.family_of({"method": "x", "args": "--drafter nar", "family": "orders"}) == "orders"
+    with pytest.raises(benchmark.BenchmarkError, match="unknown family"):
+        benchmark.family_of({"method": "x", "family": "fast"})
+
+
+def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
+    rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "baseline": True}]
+    with pytest.raises(benchmark.BenchmarkError, match="both baselines"):
+        benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
+    rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "vs_beam5": True}]
+    with pytest.raises(benchmark.BenchmarkError, match="ratio_vs_beam5"):
+        benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
+
+
+def test_pareto_front():
+    points = [(1.0, 14.6), (1.3, 14.6), (2.0, 10.0), (1.9, 9.0), (0.5, 15.9), (0.4, 15.0), (3.5, 2.8)]
+    assert benchmark_plot.pareto_front(points) == [1, 2, 4, 6]
+
+
+# ----------------------------------------------------------------------------------------------
+# the real thing on the tiny model
+# ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -23,30 +253,45 @@ def bench(tiny_corpus, tiny_model, tmp_path_factory):
     ]
     out = tmp_path_factory.mktemp("bench")
     results = benchmark.run_benchmark(rows, tiny_corpus, None, out, batch_sizes=[1, 8], runs=2,
-                                      timed_sentences=16, device="cpu", threads=1, log=lambda *a, **k: None)
+                                      timed_sentences=16, device="cpu", threads=1, **quiet)
     return results, out
 
 
 def test_every_row_has_the_spec_fields(bench):
     results, out = bench
     assert len(results) == 6  # 3 rows x 2 batch sizes
-    lines = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert lines == results
     for r in results:
-        assert SPEC_FIELDS <= set(r), SPEC_FIELDS - set(r)
-        assert r["sentences"] == 120 and r["timed_sentences"] == 16
-        assert r["seconds"] > 0 and r["tokens_per_s"] > 0
+        assert SPEC_FIELDS | NEW_FIELDS <= set(r), (SPEC_FIELDS | NEW_FIELDS) - set(r)
+        assert r["sentences"] == 120 and r["timed_sentences"] == 16 and r["counts_sentences"] == 16
+        assert r["seconds"] > 0 and r["tokens_per_s"] > 0 and r["speed_ratio"] > 0
         assert r["sacrebleu_signature"].startswith("nrefs:1")
+        # sacreBLEU's brevity penalty: exp(1 - 1/ratio) below ratio 1, else 1
+        assert r["bleu_bp"] == pytest.approx(min(1.0, math.exp(1 - 1 / r["bleu_ratio"])), abs=2e-3)
     assert (out / "results.md").read_text().count("\n|") >= 7
     assert (out / "speed_vs_bleu.png").stat().st_size > 1000
 
 
-def test_baseline_ratio_is_one_and_calls_counted(bench):
+def test_counts_and_memory_are_measured_at_each_batch_size(bench):
     results, _ = bench
-    greedy = [r for r in results if r["method"] == "fairseq greedy"]
-    assert all(r["speed_ratio"] == 1.0 for r in greedy)
-    # greedy calls the decoder once per step: at least the longest hypothesis per batch
-    assert all(r["model_calls"] >= 120 / r["batch_size"] for r in greedy)
+    by = {(r["method"], r["batch_size"]): r for r in results}
+    g1, g8 = by[("fairseq greedy", 1)], by[("fairseq greedy", 8)]
+    # greedy at batch 1 calls the decoder once per generated token (EOS included)
+    assert g1["model_calls"] == g1["timed_tokens"]
+    # at batch 8 one call serves every row of the batch: fewer calls for the same sentences
+    assert g8["model_calls"] < g8["timed_tokens"] and g8["timed_tokens"] == g1["timed_tokens"]
+    assert g1["model_calls_all"] > g1["model_calls"]  # all 120 sentences vs the 16 timed ones
+    # memory: the weights at least; beam 2 holds twice the hypotheses of greedy at batch 8
+    import torch
+
+    state = torch.load(str(g1["model"]), map_location="cpu", weights_only=False)["model"]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state.values()}
+    weights_mb = sum(storages.values()) / 2 ** 20  # shared embeddings once, as in memory
+    assert weights_mb < g1["peak_mem_mb"] < weights_mb + 20
+    assert by[("fairseq beam", 8)]["mem_vs_greedy"] > 0
+    assert by[("CTranslate2 greedy", 8)]["peak_mem_mb"] is None
+    assert by[("CTranslate2 greedy", 8)]["ratio_vs_ct2"] == 1.0 and g8["ratio_vs_ct2"] < 1.0
 
 
 def test_ctranslate2_greedy_matches_fairseq_greedy_quality(bench):
@@ -59,7 +304,7 @@ def test_ctranslate2_greedy_matches_fairseq_greedy_quality(bench):
 def test_missing_checkpoint_is_a_clear_error(tiny_corpus, tmp_path):
     rows = [{"method": "x", "model": "nothing-here", "baseline": True}]
     with pytest.raises(benchmark.BenchmarkError, match="not found; train it first"):
-        benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", log=lambda *a, **k: None)
+        benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
 
 
 def test_empty_test_set_is_a_clear_error(tiny_corpus, tmp_path):
@@ -76,7 +321,7 @@ def test_lossless_row_without_greedy_baseline_is_a_clear_error(tiny_corpus, tiny
     rows = [{"method": "x", "path": str(tiny_model), "args": "--task fast_translation", "lossless": True}]
     with pytest.raises(benchmark.BenchmarkError, match="no greedy baseline"):
         benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[4], runs=1,
-                                timed_sentences=4, log=lambda *a, **k: None)
+                                timed_sentences=4, **quiet)
 
 
 def test_quality_batch_size_reuses_one_full_pass_and_checks_lossless_rows(tiny_corpus, tiny_model, tmp_path):
@@ -86,13 +331,18 @@ def test_quality_batch_size_reuses_one_full_pass_and_checks_lossless_rows(tiny_c
          "lossless": True},
     ]
     results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[1, 8], runs=1,
-                                      timed_sentences=8, threads=1, log=lambda *a, **k: None,
-                                      max_len=(1.2, 10), quality_batch_size=8)
+                                      timed_sentences=8, threads=1, max_len=(1.2, 10), quality_batch_size=8,
+                                      memory=False, **quiet)
     by = {(r["method"], r["batch_size"]): r for r in results}
     assert [(r["method"], r["batch_size"]) for r in results][:2] == [("fairseq greedy", 8), ("fairseq greedy", 1)]
     for bs, compared in ((8, 120), (1, 8)):
         r = by[("engine greedy", bs)]
         assert r["bleu_batch_size"] == 8 and r["sentences"] == 120
         assert r["identical_to_greedy"] == 1.0 and r["identical_sentences"] == compared
-        assert r["mean_accepted"] == 1.0  # no drafter: one token per row and call
+        assert r["mean_accepted"] == r["mean_accepted_all"] == 1.0  # no drafter: one token per row and call
+        assert r["model_calls"] == by[("fairseq greedy", bs)]["model_calls"]  # same steps as fairseq greedy
+        assert r["peak_mem_mb"] is None  # memory=False
+    # counts at batch 1 are batch 1's own, not the quality pass's (batch 8, all sentences)
+    assert by[("engine greedy", 1)]["model_calls"] == by[("engine greedy", 1)]["timed_tokens"]
+    assert by[("engine greedy", 1)]["model_calls_all"] == by[("engine greedy", 8)]["model_calls_all"]
     assert by[("fairseq greedy", 1)]["bleu"] == by[("fairseq greedy", 8)]["bleu"]

@@ -1,0 +1,63 @@
+"""scripts/profile_decode.py: the instrumentation exists only while profiling, and the profile's
+counts agree with what the generators count themselves."""
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import benchmark  # noqa: E402
+import profile_decode  # noqa: E402
+
+from fairseq_plugins.decoding.acceptance import Exact  # noqa: E402
+from fairseq_plugins.decoding.cache import DecoderKVCache  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def engine_runner(tiny_corpus, tiny_model):
+    import torch
+
+    torch.set_num_threads(1)
+    corpus = benchmark.Corpus(tiny_corpus)
+    return benchmark.FairseqRunner(corpus, tiny_model, "--task fast_translation --drafter jacobi_hgj --block-size 3",
+                                   1, 4, "cpu", False, 1, (1.2, 10), 8)
+
+
+def test_resolve_paths_and_classes(engine_runner):
+    roots = profile_decode.roots_of(engine_runner)
+    layers = engine_runner.models[0].decoder.layers
+    assert profile_decode.resolve("model.decoder.layers[*].self_attn", roots) == [l.self_attn for l in layers]
+    assert profile_decode.resolve("drafter", roots) == [engine_runner.generator.drafter]
+    assert profile_decode.resolve("model.no_such_part", roots) == []
+    classes = profile_decode.resolve("fairseq_plugins.decoding.acceptance:AcceptanceRule", roots)
+    assert Exact in classes
+    assert profile_decode.resolve("no.such.module:Thing", roots) == []
+
+
+def test_profile_counts_match_the_engine_and_leave_nothing_behind(engine_runner):
+    model, gen = engine_runner.models[0], engine_runner.generator
+    exact_call, commit = Exact.__dict__["__call__"], DecoderKVCache.__dict__["commit"]
+    engine_runner.decode(engine_runner.timed_batches)  # the engine's own count of this pass
+    gen.reset_stats()
+    engine_runner.decode(engine_runner.timed_batches)
+    calls = gen.stats["model_calls"]
+    summary = profile_decode.profile_row(engine_runner, "cpu")
+    by = {c["label"]: c for c in summary["components"]}
+    # one verifier call, one proposal, one acceptance and one commit per iteration
+    assert by["decoder call"]["calls"] == by["drafter.propose"]["calls"] == by["acceptance"]["calls"] == calls
+    assert by["decoder layers"]["calls"] == calls * len(model.decoder.layers)
+    assert by["decoder layers"]["depth"] == 1 and by["self-attention"]["depth"] == 2 and by["encoder"]["depth"] == 0
+    assert by["decoder layers"]["ms"] <= by["decoder call"]["ms"]
+    assert 0 < by["search bookkeeping (rest of the row)"]["pct"] < 100
+    syncs = {c["label"]: c for c in summary["host_syncs"]}
+    assert syncs["host sync: Tensor.tolist"]["calls"] >= calls  # the engine reads its one host transfer per call
+    # the monkeypatch is gone: no instance attribute left, the classes' own methods back
+    assert "forward" not in vars(model.decoder) and "forward" not in vars(model.decoder.layers[0].self_attn)
+    assert "propose" not in vars(gen.drafter) and "forward" not in vars(gen.verifier)
+    assert Exact.__dict__["__call__"] is exact_call and DecoderKVCache.__dict__["commit"] is commit
+    import torch
+
+    assert torch.Tensor.tolist.__qualname__.endswith("tolist") and not hasattr(torch.Tensor.tolist, "__wrapped__")
+    table = profile_decode.markdown(summary)
+    assert table.count("\n|") == 2 + len(summary["components"]) + len(summary["host_syncs"])
