@@ -45,11 +45,16 @@ import benchmark  # noqa: E402  (the benchmark's runners, corpus and rows)
 # label, target, method: what to wrap in record_function(label) while profiling (see the docstring)
 POINTS = [
     ("encoder", "model.encoder", "forward"),
-    ("decoder call", "model.decoder", "forward"),       # fairseq's generators and the multi-token beam
-    ("decoder call", "verifier", "forward"),            # the engine's verifier (one call per iteration)
+    ("decoder call", "model.decoder", "forward"),       # fairseq's generators
+    ("decoder call", "fairseq_plugins.decoding.step:DecoderStep", "__call__"),  # the lean step: engine, beam
+    ("encoder K/V projection", "fairseq_plugins.decoding.step:DecoderStep", "begin"),
     ("decoder layers", "model.decoder.layers[*]", "forward"),
+    ("decoder layers", "fairseq_plugins.decoding.step:DecoderStep", "_layer"),
     ("self-attention", "model.decoder.layers[*].self_attn", "forward"),
+    ("self-attention", "fairseq_plugins.decoding.step:DecoderStep", "_self_attention"),
     ("encoder attention", "model.decoder.layers[*].encoder_attn", "forward"),
+    ("encoder attention", "fairseq_plugins.decoding.step:DecoderStep", "_encoder_attention"),
+    ("feed-forward (fc1, fc2)", "fairseq_plugins.decoding.step:DecoderStep", "_feed_forward"),
     ("feed-forward (fc1, fc2)", "model.decoder.layers[*].fc1", "forward"),
     ("feed-forward (fc1, fc2)", "model.decoder.layers[*].fc2", "forward"),
     ("output projection", "model.decoder.output_projection", "forward"),
@@ -58,8 +63,9 @@ POINTS = [
     ("drafter.propose", "drafter", "propose"),
     ("drafter.observe", "drafter", "observe"),
     ("acceptance", "fairseq_plugins.decoding.acceptance:AcceptanceRule", "__call__"),
-    ("cache.commit", "fairseq_plugins.decoding.cache:DecoderKVCache", "commit"),
-    ("reorder / drop rows", "fairseq_plugins.decoding.cache:DecoderKVCache", "select_rows"),
+    ("cache.commit", "fairseq_plugins.decoding.cache:KVCache", "commit"),
+    ("reorder / drop rows", "fairseq_plugins.decoding.cache:KVCache", "select_rows"),
+    ("reorder / drop rows", "fairseq_plugins.decoding.cache:KVCache", "reorder"),
     ("reorder / drop rows", "model.encoder", "reorder_encoder_out"),
     ("reorder / drop rows", "model.decoder", "reorder_incremental_state_scripting"),
     ("reorder / drop rows", "drafter", "select_rows"),

@@ -27,8 +27,9 @@ class FixedBlock:
     def begin(self, bsz: int, k: int, device):
         pass
 
-    def cap(self, draft: Tensor, pad: int) -> Tensor:
-        return draft
+    def cap(self, draft: Tensor, lengths: Tensor, pad: int):
+        """``(draft, lengths)`` after the row caps (the draft's slots past a cap become PAD)."""
+        return draft, lengths
 
     def update(self, proposed: Tensor, accepted: Tensor):
         pass
@@ -44,14 +45,14 @@ class AdaptiveBlock(FixedBlock):
         self.k = k
         self.caps = torch.full((bsz,), k, dtype=torch.long, device=device)
 
-    def cap(self, draft, pad):
+    def cap(self, draft, lengths, pad):
         if draft.size(1) == 0:
-            return draft
+            return draft, lengths
         beyond = torch.arange(draft.size(1), device=draft.device).unsqueeze(0) >= self.caps.unsqueeze(1)
-        return draft.masked_fill(beyond, pad)
+        return draft.masked_fill(beyond, pad), torch.minimum(lengths, self.caps)
 
     def update(self, proposed, accepted):
-        """``proposed``: draft tokens the row sent; ``accepted``: how many of them were accepted."""
+        """``proposed``: draft slots the row sent; ``accepted``: how many of them were accepted."""
         grown = (2 * self.caps).clamp(max=self.k)
         caps = torch.where(accepted >= proposed, grown, (accepted + 1).clamp(max=self.k))
         self.caps = torch.where(proposed > 0, caps, self.caps)  # nothing proposed: nothing learnt

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
-from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock, draft_lengths
+from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock
 from fairseq_plugins.decoding.drafters import DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.verifier import Verifier
 
@@ -165,9 +165,9 @@ class DraftVerifyGenerator:
         not_eos[self.eos] = False
         lengths = [0] * bsz  # host copy of n_gen
         iteration, row_iterations = 0, 0
-        draft = policy.cap(drafter.propose(out, n_gen), self.pad)
+        draft, dlen = self._next_draft(drafter, policy, out, n_gen)
         if draft.size(1):  # trim to the widest useful draft (one sync before the first call)
-            draft = draft[:, : int(draft_lengths(draft, self.pad).max())]
+            draft = draft[:, : int(dlen.max())]
         while True:
             cur = n_gen.size(0)
             m = draft.size(1) + 1
@@ -225,17 +225,16 @@ class DraftVerifyGenerator:
             n_gen = n_gen + count
             drafter.observe(StepResult(draft=draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
                                        n_before=n_before, out=out, hidden=hidden))
-            proposed = draft_lengths(draft, self.pad)
+            proposed = dlen.clamp(max=draft.size(1))
             if count_stats and m > 1:
                 counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
             policy.update(proposed, accepted)
-            draft = policy.cap(drafter.propose(out, n_gen), self.pad)  # the next draft, before the sync
+            draft, dlen = self._next_draft(drafter, policy, out, n_gen)  # the next draft, before the sync
             row_iterations += cur
             iteration += 1
             # the one host synchronisation of the iteration: finished rows, lengths, next draft width
             if draft.size(1):
-                host = torch.cat([ended.long(), n_gen, draft_lengths(draft, self.pad).masked_fill(ended, 0)
-                                  .max().view(1)]).tolist()
+                host = torch.cat([ended.long(), n_gen, dlen.masked_fill(ended, 0).max().view(1)]).tolist()
                 k_next = host[2 * cur]
             else:
                 host = torch.cat([ended.long(), n_gen]).tolist()
@@ -255,7 +254,8 @@ class DraftVerifyGenerator:
                 cache.select_rows(keep_t, aligned=min(lengths) == max(lengths), max_length=max(lengths))
                 drafter.select_rows(keep_t)
                 policy.select_rows(keep_t)
-                out, lp_out, n_gen, score, draft = (t.index_select(0, keep_t) for t in (out, lp_out, n_gen, score, draft))
+                out, lp_out, n_gen, score, draft, dlen = (
+                    t.index_select(0, keep_t) for t in (out, lp_out, n_gen, score, draft, dlen))
             if draft.size(1) > k_next:
                 draft = draft[:, :k_next]
         if count_stats:
@@ -271,6 +271,13 @@ class DraftVerifyGenerator:
         else:
             stats["model_calls"] += iteration
         return finalized
+
+    def _next_draft(self, drafter: Drafter, policy, out: Tensor, n_gen: Tensor):
+        """The drafter's proposal for every row, capped by the block-size policy: ``(draft, lengths)``."""
+        draft = drafter.propose(out, n_gen)
+        if draft.size(1) == 0:
+            return draft, n_gen.new_zeros(n_gen.size(0))
+        return policy.cap(draft, drafter.lengths(draft), self.pad)
 
     @staticmethod
     def _running_scores(score: Tensor, lprobs: Tensor, draft: Tensor) -> Tensor:

@@ -177,7 +177,6 @@ class DecoderStep:
         (a non-autoregressive drafter's bidirectional pass); ``encoder`` then holds the encoder
         keys/values (a cache from ``begin``)."""
         B, m = tokens.shape
-        H, dh = self.heads, self.head_dim
         x = self.embed(tokens, slots)
         enc_side = cache if cache is not None else encoder
         if cache is not None:
@@ -188,53 +187,65 @@ class DecoderStep:
             scatter = None
             if not cache.aligned:
                 scatter = (cache.lengths.view(B, 1, 1, 1) + torch.arange(m, device=x.device).view(1, 1, m, 1)
-                           ).expand(B, H, m, dh)
+                           ).expand(B, self.heads, m, self.head_dim)
         else:
             mask = attn_mask
-        enc_mask = enc_side.enc_mask if enc_side is not None else None
+        ctx = (cache, mask, scatter if cache is not None else None, enc_side, B, m)
         e = 0
         for i, lw in enumerate(self.layers):
-            # self-attention
-            residual = x
-            h = _ln(x, lw.sa_ln) if lw.pre else x
-            q = _linear(h, lw.sa.q_proj).view(B, m, H, dh).transpose(1, 2)
-            k = _linear(h, lw.sa.k_proj).view(B, m, H, dh).transpose(1, 2)
-            v = _linear(h, lw.sa.v_proj).view(B, m, H, dh).transpose(1, 2)
-            if cache is not None:
-                kb, vb = cache.k[i], cache.v[i]
-                if scatter is None:
-                    kb[:, :, past:T] = k
-                    vb[:, :, past:T] = v
-                else:
-                    kb.scatter_(2, scatter, k)
-                    vb.scatter_(2, scatter, v)
-                k, v = kb[:, :, :T], vb[:, :, :T]
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, m, -1)
-            x = residual + _linear(a, lw.sa.out_proj)
-            if not lw.pre:
-                x = _ln(x, lw.sa_ln)
-            # encoder attention
-            if lw.ea is not None and enc_side is not None and enc_side.enc_k:
-                residual = x
-                h = _ln(x, lw.ea_ln) if lw.pre else x
-                q = _linear(h, lw.ea.q_proj).view(B, m, H, dh).transpose(1, 2)
-                a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_mask)
-                e += 1
-                x = residual + _linear(a.transpose(1, 2).reshape(B, m, -1), lw.ea.out_proj)
-                if not lw.pre:
-                    x = _ln(x, lw.ea_ln)
-            # feed-forward
-            residual = x
-            h = _ln(x, lw.ffn_ln) if lw.pre else x
-            x = residual + _linear(lw.act(_linear(h, lw.fc1)), lw.fc2)
-            if not lw.pre:
-                x = _ln(x, lw.ffn_ln)
+            x = self._layer(i, e, lw, x, ctx)
+            e += lw.ea is not None
         dec = self.decoder
         if dec.layer_norm is not None:
             x = dec.layer_norm(x)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
         return dec.output_layer(x), x
+
+    def _layer(self, i: int, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
+        """fairseq's TransformerDecoderLayerBase.forward in inference mode (``e``: encoder-attention index)."""
+        x = self._self_attention(i, lw, x, ctx)
+        enc_side = ctx[3]
+        if lw.ea is not None and enc_side is not None and enc_side.enc_k:
+            x = self._encoder_attention(e, lw, x, ctx)
+        return self._feed_forward(lw, x)
+
+    def _self_attention(self, i: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
+        cache, mask, scatter, _, B, m = ctx
+        H, dh = self.heads, self.head_dim
+        residual = x
+        h = _ln(x, lw.sa_ln) if lw.pre else x
+        q = _linear(h, lw.sa.q_proj).view(B, m, H, dh).transpose(1, 2)
+        k = _linear(h, lw.sa.k_proj).view(B, m, H, dh).transpose(1, 2)
+        v = _linear(h, lw.sa.v_proj).view(B, m, H, dh).transpose(1, 2)
+        if cache is not None:  # write the new keys/values at each row's length, attend to the used columns
+            kb, vb = cache.k[i], cache.v[i]
+            past = cache.max_length
+            if scatter is None:
+                kb[:, :, past : past + m] = k
+                vb[:, :, past : past + m] = v
+            else:
+                kb.scatter_(2, scatter, k)
+                vb.scatter_(2, scatter, v)
+            k, v = kb[:, :, : past + m], vb[:, :, : past + m]
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, m, -1)
+        x = residual + _linear(a, lw.sa.out_proj)
+        return x if lw.pre else _ln(x, lw.sa_ln)
+
+    def _encoder_attention(self, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
+        _, _, _, enc_side, B, m = ctx
+        residual = x
+        h = _ln(x, lw.ea_ln) if lw.pre else x
+        q = _linear(h, lw.ea.q_proj).view(B, m, self.heads, self.head_dim).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_side.enc_mask)
+        x = residual + _linear(a.transpose(1, 2).reshape(B, m, -1), lw.ea.out_proj)
+        return x if lw.pre else _ln(x, lw.ea_ln)
+
+    def _feed_forward(self, lw: _LayerWeights, x: Tensor) -> Tensor:
+        residual = x
+        h = _ln(x, lw.ffn_ln) if lw.pre else x
+        x = residual + _linear(lw.act(_linear(h, lw.fc1)), lw.fc2)
+        return x if lw.pre else _ln(x, lw.ffn_ln)
 
     @staticmethod
     def log_probs(logits: Tensor) -> Tensor:

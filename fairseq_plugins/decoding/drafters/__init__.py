@@ -13,8 +13,8 @@ The interface is small, so that adding a drafter never touches the engine:
 * ``select_rows(rows)``    rows were dropped from the batch (finished sentences);
 * ``max_draft(max_len)``   an upper bound of ``K`` (buffer sizes).
 
-A drafter may propose fewer than ``K`` tokens for a row (trailing PAD): the verification call is as
-wide as the widest row's draft.  ``adaptive_block`` is the drafter's default for
+A drafter may propose fewer than ``K`` tokens for a row (``lengths(draft)``, by default the leading
+non-PAD tokens): the verification call is as wide as the widest row's draft.  ``adaptive_block`` is the drafter's default for
 ``--adaptive-block-size auto`` (``block_size.AdaptiveBlock``: each row's draft capped from its
 recent acceptance).
 
@@ -68,6 +68,14 @@ class Drafter:
 
     def observe(self, step: StepResult) -> None:
         pass
+
+    def lengths(self, draft: Tensor) -> Tensor:
+        """How many slots of each row's draft the verifier should score ``(B,)``: by default the
+        leading non-PAD tokens (PAD can never be accepted); Jacobi also scores its PAD-initialised
+        positions, whose predictions are its next iterate."""
+        from fairseq_plugins.decoding.block_size import draft_lengths
+
+        return draft_lengths(draft, self.ctx.pad)
 
     def select_rows(self, rows: Tensor) -> None:
         pass

@@ -81,7 +81,11 @@ class JacobiDrafter(Drafter):
         slots = torch.arange(k, device=out.device)
         idx = (n_gen.unsqueeze(1) + 1 + slots).clamp(max=self.guess.size(1) - 1)
         draft = self.guess.gather(1, idx)
+        self._lengths = remaining.clamp(max=k)  # PAD-initialised positions are scored too (their output is y^{k+1})
         return draft.masked_fill(slots.unsqueeze(0) >= remaining.unsqueeze(1), self.ctx.pad)
+
+    def lengths(self, draft):
+        return self._lengths
 
     def observe(self, step: StepResult):
         m = step.top.size(1)
