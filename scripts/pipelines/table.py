@@ -61,6 +61,7 @@ class Step:
     log: Optional[Path] = None
     mark: bool = False             # write ``done`` when the command succeeds
     details: List[str] = field(default_factory=list)  # printed under the step (a section's rows)
+    corpus_key: Optional[str] = None  # training steps: the corpus whose size fills {WARMUP_5_EPOCHS}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,7 +170,7 @@ class Planner:
         self.work = Path(opts.work or self.root / table.key)
         self.ckpt = self.work / "checkpoints"
         self.steps: List[Step] = []
-        self.skipped_models, self.skipped_rows = {}, {}
+        self.skipped_corpora, self.skipped_models, self.skipped_rows = {}, {}, {}
 
     # ---- selection ----
     def selected(self):
@@ -248,11 +249,10 @@ class Planner:
             argv.append("--offline")
         self.steps.append(Step("prepare", f"corpus {c.key}", argv, done=out / "DONE", skip=skip))
         if skip:
-            self.skipped_corpus = getattr(self, "skipped_corpus", {})
-            self.skipped_corpus[c.key] = skip
+            self.skipped_corpora[c.key] = skip
 
     def model_skip(self, m):
-        corpus_skip = getattr(self, "skipped_corpus", {}).get(m.corpus)
+        corpus_skip = self.skipped_corpora.get(m.corpus) or self.skipped_corpora.get(self.t.corpora[m.corpus].view_of)
         if corpus_skip:
             return corpus_skip
         missing = missing_registrations(m.requires)
@@ -293,8 +293,7 @@ class Planner:
         if note:
             what += f"; {note}"
         self.steps.append(Step("train", what, argv, done=save / "DONE", skip=skip, log=save / "train.log", mark=True,
-                               run=None))
-        self.steps[-1].corpus_key = m.corpus
+                               corpus_key=m.corpus))
         # the model the paper evaluates: an average of checkpoints, or the last one
         final = self.final(m.name)
         if m.average:
@@ -326,7 +325,7 @@ class Planner:
             skip = self.row_skip(r)
             if skip:
                 self.skipped_rows[(s.key, r.method, r.beam)] = skip
-                details.append(f"- {r.method} | beam {r.beam} | SKIPPED: {skip}")
+                details.append(f"- {r.method} | beam {r.beam} | SKIPPED: {skip} | would decode: {self.fill(r.args)}")
                 continue
             details.append(f"+ {r.method} | beam {r.beam} | model {r.model} | {self.fill(r.args)}")
             row = {"method": r.method, "model": r.model, "path": str(self.final(r.model)),
@@ -464,7 +463,7 @@ def execute(planner, steps, dry_run):
                   flush=True)
             continue
         if dry_run:
-            argv = [planner.fill(a, getattr(step, "corpus_key", None), estimate=True) for a in step.argv]
+            argv = [planner.fill(a, step.corpus_key, estimate=True) for a in step.argv]
             print(f"{tag}: {step.what}\n    {show(argv)}" if argv else f"{tag}: {step.what}", flush=True)
             continue
         if step.done is not None and step.done.exists():
@@ -474,7 +473,7 @@ def execute(planner, steps, dry_run):
             print(f"{tag}: {step.what}", flush=True)
             step.run()
             continue
-        argv = [planner.fill(a, getattr(step, "corpus_key", None)) for a in step.argv]
+        argv = [planner.fill(a, step.corpus_key) for a in step.argv]
         print(f"{tag}: {step.what}\n    $ {show(argv)}", flush=True)
         rc = run_command(argv, step.log)
         if rc != 0:
