@@ -1,5 +1,5 @@
-"""GPU path: --fp16 training with the plugin and fp16 decoding (SPEC §2-4: "in fp16 report the match
-rate instead of assuming it").  Marked ``cuda``; skipped on machines without CUDA (CI), run on a GPU
+"""GPU path: --fp16 training with the plugin and fp16 decoding (docs/METHODS.md §2: "in fp16 the match
+rate is measured and reported").  Marked ``cuda``; skipped on machines without CUDA (CI), run on a GPU
 machine with ``pytest -m cuda tests/test_cuda.py -rA``.  The identical-to-greedy fractions are
 printed and written to ``$FAST_DECODING_CUDA_REPORT`` (a JSON file) when that is set.
 """

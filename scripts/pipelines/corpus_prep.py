@@ -1,4 +1,4 @@
-"""Shared steps of the paper data pipelines (WMT14 en-de, WMT16 en-ro, ASPEC ja-en; SPEC §5).
+"""Shared steps of the paper data pipelines (WMT14 en-de, WMT16 en-ro, ASPEC ja-en; docs/METHODS.md §5).
 
 Every step writes its outputs to a temporary name and renames them when complete, and is skipped
 when its outputs already exist: an interrupted preparation resumes where it stopped and never leaves

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""ASPEC Japanese-English (ASPEC-JE) for Imamura & Sumita's tables (SPEC §5).
+"""ASPEC Japanese-English (ASPEC-JE) for Imamura & Sumita's tables (docs/METHODS.md §5).
 
 ASPEC is licensed (https://jipsti.jst.go.jp/aspec/): pass ``--aspec-dir`` to your copy, the folder
 holding ``train/train-{1,2,3}.txt``, ``dev/dev.txt``, ``devtest/devtest.txt`` and ``test/test.txt``

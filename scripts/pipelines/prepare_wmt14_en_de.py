@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""WMT14 English-German for the paper tables (SPEC §5).
+"""WMT14 English-German for the paper tables (docs/METHODS.md §5).
 
 Training data: Europarl v7, Common Crawl and News Commentary v9 (the 4.5M-pair WMT14 set of
 Vaswani et al. and of every paper here), downloaded from statmt.org when online, or found under
@@ -26,7 +26,7 @@ import wmt  # noqa: E402
 
 STATMT = "https://www.statmt.org"
 
-SPEC = {
+PIPELINE = {
     "tag": "wmt14",
     "langs": ("en", "de"),
     "corpora": [
@@ -49,8 +49,8 @@ SPEC = {
 
 
 def main(argv=None):
-    ap = wmt.build_parser(SPEC, __doc__)
-    return wmt.prepare(SPEC, ap.parse_args(argv))
+    ap = wmt.build_parser(PIPELINE, __doc__)
+    return wmt.prepare(PIPELINE, ap.parse_args(argv))
 
 
 if __name__ == "__main__":

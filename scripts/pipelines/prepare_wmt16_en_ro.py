@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""WMT16 English-Romanian for the paper tables (SPEC §5).
+"""WMT16 English-Romanian for the paper tables (docs/METHODS.md §5).
 
 Training data: Europarl v8 and SETimes2 (the ~610K-pair WMT16 set of the NAR literature, GAD and
 IBDecoder), downloaded when online or found under ``--raw-dir``.  Validation newsdev2016, test
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wmt  # noqa: E402
 
-SPEC = {
+PIPELINE = {
     "tag": "wmt16",
     "langs": ("en", "ro"),
     "corpora": [
@@ -41,10 +41,10 @@ SPEC = {
 
 
 def main(argv=None):
-    ap = wmt.build_parser(SPEC, __doc__)
+    ap = wmt.build_parser(PIPELINE, __doc__)
     ap.add_argument("--romanian", choices=["none", "normalise", "strip-diacritics"], default="normalise",
                     help="Romanian character normalisation (default: normalise)")
-    return wmt.prepare(SPEC, ap.parse_args(argv))
+    return wmt.prepare(PIPELINE, ap.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The WMT pipeline shared by prepare_wmt14_en_de.py and prepare_wmt16_en_ro.py (SPEC §5).
+"""The WMT pipeline shared by prepare_wmt14_en_de.py and prepare_wmt16_en_ro.py (docs/METHODS.md §5).
 
 raw corpora (downloaded, or found under --raw-dir) -> concatenated training text, sacreBLEU test
 sets -> [Romanian normalisation] -> Moses punctuation normalisation + tokenisation (sacremoses) ->
