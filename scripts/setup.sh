@@ -35,24 +35,11 @@ if [ -z "$variant" ]; then
     fi
   fi
 fi
-if [ "${1:-}" = "--print-variant" ]; then echo "$variant"; exit 0; fi
-index="https://download.pytorch.org/whl/$variant"
-reachable() { "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$1/torch/" 2>/dev/null; }
 case "$variant" in
-  cpu)  # PyTorch's CPU index when it can be reached; else pip's own configuration (e.g. a local mirror)
-    torch_index=(); reachable "$index" && torch_index=(--extra-index-url "$index") ;;
-  cu1[0-9][0-9])
-    reachable "$index" || { echo "error: PyTorch's wheel index $index cannot be reached (the $variant build of torch is only there)" >&2; exit 1; }
-    torch_index=(--index-url "$index" --extra-index-url https://pypi.org/simple) ;;
+  cpu|cu1[0-9][0-9]) ;;
   *) echo "error: TORCH_VARIANT=$variant: use cpu, cu126, cu128 or cu130" >&2; exit 2 ;;
 esac
-if [ "$variant" != cpu ] && command -v nvidia-smi >/dev/null 2>&1; then
-  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
-  if [ -n "$driver" ] && [ "${driver%%.*}" -lt 525 ] 2>/dev/null; then
-    echo "[setup] warning: NVIDIA driver $driver is older than 525: CUDA 12 builds of torch need >= 525" >&2
-  fi
-fi
-
+if [ "${1:-}" = "--print-variant" ]; then echo "$variant"; exit 0; fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
@@ -71,13 +58,33 @@ if python -c 'import fairseq, torch, sentencepiece, sacrebleu, ctranslate2, matp
   echo "[setup] .venv is ready (torch $TORCH_VERSION, $variant)"; exit 0
 fi
 echo "[setup] installing pinned dependencies into .venv (torch $TORCH_VERSION, $variant build)"
+index="https://download.pytorch.org/whl/$variant"
+reachable() { "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$1/torch/" 2>/dev/null; }
+case "$variant" in
+  cpu)  # PyTorch's CPU index when it can be reached; else pip's own configuration (e.g. a local mirror)
+    if reachable "$index"; then torch_spec="torch==$TORCH_VERSION+cpu"; torch_index=(--extra-index-url "$index")
+    else torch_spec="torch==$TORCH_VERSION"; torch_index=(); fi ;;
+  cu1[0-9][0-9])
+    reachable "$index" || { echo "error: PyTorch's wheel index $index cannot be reached (the $variant build of torch is only there)" >&2; exit 1; }
+    # the local version (+cu126) makes pip replace another build of the same torch version
+    torch_spec="torch==$TORCH_VERSION+$variant"; torch_index=(--index-url "$index" --extra-index-url https://pypi.org/simple) ;;
+esac
+if [ "$variant" != cpu ] && command -v nvidia-smi >/dev/null 2>&1; then
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+  if [ -n "$driver" ] && [ "${driver%%.*}" -lt 525 ] 2>/dev/null; then
+    echo "[setup] warning: NVIDIA driver $driver is older than 525: CUDA 12 builds of torch need >= 525" >&2
+  fi
+fi
+
 python -m pip install -q --upgrade pip wheel "setuptools<81"
 if ! have_torch; then
-  python -m pip install -q "torch==$TORCH_VERSION" "${torch_index[@]}"
+  python -m pip install -q "$torch_spec" "${torch_index[@]}"
   have_torch || { echo "error: torch $TORCH_VERSION ($variant) did not install; see the pip output above" >&2; exit 1; }
 fi
 python -m pip install -q numpy cython
-python -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1
+# without CUDA_HOME fairseq builds only its CPU extensions (its optional CUDA kernels would need a
+# matching nvcc; fairseq falls back to the CPU ones)
+env -u CUDA_HOME python -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1
 # data pipelines: Moses tokenisation (sacremoses), Japanese segmentation (fugashi + UniDic-lite),
 # sacreBLEU's ja-mecab tokenizer (mecab-python3 + ipadic: the sacrebleu[ja] extra)
 python -m pip install -q sentencepiece subword-nmt "sacrebleu[ja]>=2.0" sacremoses fugashi unidic-lite matplotlib ctranslate2 pytest
