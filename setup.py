@@ -25,6 +25,9 @@ setup(
     extras_require={
         "bench": ["ctranslate2"],
         "ja": ["sacrebleu[ja]"],
+        # paper data pipelines (scripts/pipelines/): Moses tokenisation, Japanese word segmentation
+        # (MeCab through fugashi with the bundled UniDic-lite), sacreBLEU's ja-mecab tokenizer
+        "pipelines": ["sacremoses", "fugashi", "unidic-lite", "sacrebleu[ja]"],
         "test": ["pytest"],
     },
 )

@@ -15,8 +15,24 @@ and are repaired here, in one place, so that no user has to set an environment v
    ``--required-batch-size-multiple`` (default 8): ``fairseq-generate`` silently translated 48 of
    50 sentences.  Every BLEU and every identical-to-greedy comparison must cover all sentences,
    so the dropped tail is given back as a final (smaller) batch.
+4. ``torchrun --nproc_per_node N -m fairseq_cli.train ... --cpu --distributed-backend gloo`` ran N
+   independent single-process trainings writing the same checkpoint folder: fairseq's default
+   ``--distributed-world-size`` is ``torch.cuda.device_count()`` (1 without GPUs), and
+   ``infer_init_method`` returns before it reads torchrun's environment when the world size is 1
+   (on GPUs it then divides the rank by the GPU count, and its own spawn launcher starts
+   ``min(device_count, world_size)`` processes: none on CPU).  ``call_main`` is wrapped so that a
+   torchrun launch (WORLD_SIZE > 1 with RANK, MASTER_ADDR, MASTER_PORT) always forms its process
+   group from that environment (``env://``, rank RANK, the GPU LOCAL_RANK when on CUDA), and a
+   launch that cannot form a group (NCCL without CUDA, more processes than GPUs, an inconsistent
+   ``--distributed-world-size``, fairseq's spawn launcher with no device to spawn on) stops with an
+   error that says what to pass instead.
+5. fairseq wraps the model in ``DistributedDataParallel(device_ids=[device_id])``, which torch
+   refuses for a CPU module; on CPU the wrapper is built with ``device_ids=None`` (torch's CPU
+   data parallelism over gloo), everything else as fairseq does it.
 """
 import argparse
+import functools
+import os
 import types
 
 import numpy as np
@@ -72,6 +88,104 @@ def _keep_last_batch():
     data_utils.batch_by_size = batch_by_size
 
 
+class DistributedLaunchError(RuntimeError):
+    """A distributed launch that cannot form its process group; the message says what to change."""
+
+
+_TORCHRUN_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def adopt_torchrun_environment(cfg):
+    """Point fairseq's distributed config at torchrun's process group (repair 4).  No-op outside
+    torchrun, for a world of one process, or when the user gave an explicit init method."""
+    import torch
+
+    env = os.environ
+    dt = cfg.distributed_training
+    if not all(k in env for k in _TORCHRUN_ENV) or dt.distributed_init_method is not None or cfg.common.tpu:
+        return False
+    world, rank, local_rank = int(env["WORLD_SIZE"]), int(env["RANK"]), int(env.get("LOCAL_RANK", 0))
+    if world <= 1:
+        return False
+    default_world = max(1, torch.cuda.device_count())
+    if dt.distributed_world_size not in (world, default_world, 1):
+        raise DistributedLaunchError(
+            f"--distributed-world-size {dt.distributed_world_size} but torchrun started WORLD_SIZE={world} "
+            "processes: drop --distributed-world-size (torchrun's world size is used)")
+    use_cuda = torch.cuda.is_available() and not cfg.common.cpu
+    if not use_cuda and dt.distributed_backend == "nccl":
+        raise DistributedLaunchError(
+            "training on CPU under torchrun needs --distributed-backend gloo (NCCL only moves CUDA tensors)")
+    if use_cuda and local_rank >= torch.cuda.device_count():
+        raise DistributedLaunchError(
+            f"torchrun process LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are visible: "
+            "use --nproc_per_node <= the number of GPUs per node (or --cpu with --distributed-backend gloo)")
+    dt.distributed_world_size = world
+    dt.distributed_rank = rank
+    dt.distributed_init_method = "env://"
+    dt.distributed_no_spawn = True  # torchrun started the processes
+    dt.device_id = local_rank if use_cuda else 0
+    return True
+
+
+def _refuse_empty_spawn(cfg):
+    """fairseq's own launcher spawns ``min(cuda.device_count(), world_size)`` processes: with no GPU
+    it would start none and silently train nothing."""
+    import torch
+
+    dt = cfg.distributed_training
+    if (dt.distributed_init_method is not None and not dt.distributed_no_spawn and not cfg.common.tpu
+            and dt.distributed_world_size > 1 and torch.cuda.device_count() == 0):
+        raise DistributedLaunchError(
+            f"--distributed-world-size {dt.distributed_world_size} without GPUs: fairseq's launcher starts one "
+            "process per GPU (none here). On CPU launch the processes with torchrun: torchrun --nproc_per_node N "
+            "-m fairseq_cli.train ... --cpu --distributed-backend gloo")
+
+
+def _distributed_launch():
+    from fairseq.distributed import utils as distributed_utils
+
+    original = distributed_utils.call_main
+    if getattr(original, "_forms_torchrun_group", False):
+        return
+
+    def call_main(cfg, main, **kwargs):
+        adopt_torchrun_environment(cfg)
+        _refuse_empty_spawn(cfg)
+        return original(cfg, main, **kwargs)
+
+    call_main._forms_torchrun_group = True
+    distributed_utils.call_main = call_main
+
+
+def _cpu_data_parallel():
+    from fairseq import models
+    from fairseq.models import distributed_fairseq_model as dfm
+
+    original = models.DistributedFairseqModel
+    if getattr(original, "_cpu_aware", False):
+        return
+
+    def DistributedFairseqModel(args, model, process_group, device):
+        if getattr(device, "type", str(device)) != "cpu":
+            return original(args, model, process_group, device)
+        ddp = dfm.DistributedDataParallel
+
+        def cpu_ddp(*a, device_ids=None, output_device=None, **kw):  # a CPU module takes no device ids
+            return ddp(*a, device_ids=None, output_device=None, **kw)
+
+        dfm.DistributedDataParallel = cpu_ddp
+        try:
+            return original(args, model, process_group, device)
+        finally:
+            dfm.DistributedDataParallel = ddp
+
+    DistributedFairseqModel._cpu_aware = True
+    functools.update_wrapper(DistributedFairseqModel, original)
+    DistributedFairseqModel._cpu_aware = True
+    models.DistributedFairseqModel = DistributedFairseqModel
+
+
 def apply():
     """Idempotent; called from ``fairseq_plugins/__init__.py``."""
     global _APPLIED
@@ -80,4 +194,6 @@ def apply():
     _restore_numpy_aliases()
     _allow_fairseq_checkpoint_classes()
     _keep_last_batch()
+    _distributed_launch()
+    _cpu_data_parallel()
     _APPLIED = True
