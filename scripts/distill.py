@@ -27,8 +27,8 @@ sentences keep their gold target instead, and their number is printed and record
 ``--max-source-positions``).
 
 Resumable: the split is translated in shards of ``--shard-size`` sentences, each written to
-``OUT/shards/`` when complete; an interrupted run continues with the first missing shard (the
-settings must be the same).  Progress (sentences, speed, ETA) is printed as it goes.
+``OUT/shards/`` when complete; an interrupted run continues with the missing shards (the settings
+must be the same).  The shards stay for later re-assembly; delete them once ``distill.json`` exists.  Progress (sentences, speed, ETA) is printed as it goes.
 """
 import argparse
 import json
@@ -226,7 +226,6 @@ def main(argv=None):
     record = dict(settings, sentences=n, gold_fallbacks=fallbacks, data=str(data.resolve()),
                   seconds=round(time.time() - state["start"], 1))
     done_file.write_text(json.dumps(record, indent=1) + "\n")
-    shutil.rmtree(work)
     log(f"done: {out} ({n} sentences, {fallbacks} gold fallbacks)")
     return record
 
