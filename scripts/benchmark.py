@@ -11,7 +11,9 @@ arguments, so the benchmark measures exactly what a user runs::
     {"method": "CTranslate2 greedy", "model": "baseline", "backend": "ctranslate2"}
 
 ``model`` names ``<checkpoints>/<model>/checkpoint_best.pt`` (or give ``path``); ``corpus`` replaces
-the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``).  For every row x beam x batch size
+the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``);
+``"lossless": true`` rows are compared with the greedy row of their own checkpoint, or of
+``"greedy_model"`` (frozen blockwise heads must reproduce their base model's greedy output).  For every row x beam x batch size
 the harness loads the model once (loading is never timed), decodes the whole test set once for
 BLEU (sacreBLEU on detokenised output, against the raw reference file) and the
 identical-to-greedy fraction, then times a warm-up and ``--runs`` passes over the sentences with
@@ -373,6 +375,9 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             greedy_tokens[key] = tokens
         identical = None
         if row.get("lossless"):
+            # "greedy_model": lossless w.r.t. another checkpoint's greedy (frozen blockwise heads keep the base's)
+            if "greedy_model" in row:
+                key = (str(checkpoint_of({"method": row["method"], "model": row["greedy_model"]}, checkpoints)), bs)
             ref = greedy_tokens.get(key)
             if ref is None:
                 raise BenchmarkError(f"row '{row['method']}' is lossless but no greedy baseline row "

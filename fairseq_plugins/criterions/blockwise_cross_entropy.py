@@ -75,11 +75,9 @@ class BlockwiseCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     def forward(self, model, sample, reduce=True):
         heads = self.trained_heads(model)
         k = model.num_block_heads
-        if self.head_loss == "random" and model.training:  # validation: the mean (a stable best checkpoint)
-            chosen = [heads[int(torch.randint(len(heads), (1,)))]]
-        else:
-            chosen = heads
-        logged = set(chosen) | ({1} if len(chosen) > 1 else set())  # head 1 = the base's loss, for reference
+        drawing = self.head_loss == "random" and model.training  # validation: the mean (a stable best checkpoint)
+        chosen = [heads[int(torch.randint(len(heads), (1,)))]] if drawing else heads
+        logged = set(chosen) if drawing else set(chosen) | {1}  # head 1 = the base's own loss, for reference
         features, extra = model(**sample["net_input"], features_only=True)
         target = model.get_targets(sample, (features, extra))
         losses, nll_losses, logging_output = [], [], {}
