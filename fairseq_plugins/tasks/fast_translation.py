@@ -129,7 +129,7 @@ class FastTranslationTask(TranslationTask):
         """Log the draft-and-verify counts once, after the last batch of the current iterator."""
         stats = getattr(generator, "stats", None)
         itr = self._batch_iterator
-        if stats is None or itr is None or not hasattr(itr, "end_of_epoch"):
+        if not isinstance(stats, dict) or "draft_tokens" not in stats or itr is None or not hasattr(itr, "end_of_epoch"):
             return
         key = (id(generator), id(itr), getattr(itr, "epoch", None))
         if key in self._summarised:
