@@ -151,8 +151,8 @@ def _load_base_state(args):
     except FileNotFoundError:
         raise BlockwiseModelError(f"--base-checkpoint {path} does not exist: train the base model first") from None
     base = state["cfg"]["model"]
-    arch = getattr(base, "arch", None) or getattr(base, "_name", None) if not isinstance(base, dict) \
-        else base.get("arch") or base.get("_name")
+    base = base if isinstance(base, dict) else vars(base)
+    arch = base.get("arch") or base.get("_name")
     if ARCH_MODEL_REGISTRY.get(arch) is not TransformerModel:
         raise BlockwiseModelError(
             f"--base-checkpoint {path} is a '{arch}' model; blockwise heads go on a checkpoint of fairseq's "
@@ -200,13 +200,10 @@ def _load_base_weights(model, state, path):
         raise BlockwiseModelError(
             f"--base-checkpoint {path} does not match the transformer built from its own arguments (missing "
             f"{sorted(missing)[:5]}, unexpected {sorted(result.unexpected_keys)[:5]})")
-    logger.info(f"blockwise heads on {path} ({args_summary(model)})")
-
-
-def args_summary(model):
     n_heads = sum(p.numel() for p in model.block_heads.parameters())
     n_base = sum(p.numel() for p in model.base_parameters())
-    return f"k={model.num_block_heads}, {n_heads:,} head parameters on {n_base:,} base parameters"
+    logger.info(f"blockwise heads on {path}: k={model.num_block_heads}, {n_heads:,} head parameters on "
+                f"{n_base:,} base parameters")
 
 
 @register_model_architecture("blockwise_transformer", "blockwise_transformer")
