@@ -28,7 +28,8 @@ sentences keep their gold target instead, and their number is printed and record
 
 Resumable: the split is translated in shards of ``--shard-size`` sentences, each written to
 ``OUT/shards/`` when complete; an interrupted run continues with the missing shards (the settings
-must be the same).  The shards stay for later re-assembly; delete them once ``distill.json`` exists.  Progress (sentences, speed, ETA) is printed as it goes.
+must be the same).  The shards stay for later re-assembly; delete them once ``distill.json`` exists.
+Progress (sentences, speed, ETA) is printed as it goes.
 """
 import argparse
 import json
@@ -50,7 +51,7 @@ class DistillError(RuntimeError):
 
 # copied from the original corpus folder as they are (raw splits other than train, subword model)
 AUX_FILES = ("spm.model", "spm.vocab", "bpe.codes", "subword")
-SETTINGS = ("teacher", "beam", "lenpen", "max_len_a", "max_len_b", "subset", "shard_size", "source", "target")
+SETTINGS = ("data", "teacher", "beam", "lenpen", "max_len_a", "max_len_b", "subset", "shard_size", "source", "target")
 
 
 def parse_args(argv=None):
@@ -148,8 +149,8 @@ def main(argv=None):
     use_cuda = torch.cuda.is_available() and not args.cpu
     models, task = load_teacher(args.path, bin_dir, use_cuda, args.fp16 and use_cuda)
     src, tgt = task.cfg.source_lang, task.cfg.target_lang
-    settings = dict(teacher=str(Path(args.path).resolve()), beam=args.beam, lenpen=args.lenpen,
-                    max_len_a=args.max_len_a, max_len_b=args.max_len_b, subset=args.subset,
+    settings = dict(data=str(data.resolve()), teacher=str(Path(args.path).resolve()), beam=args.beam,
+                    lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b, subset=args.subset,
                     shard_size=args.shard_size, source=src, target=tgt)
     done_file = out / "distill.json"
     if done_file.exists() and all(json.loads(done_file.read_text()).get(k) == settings[k] for k in SETTINGS):
@@ -223,8 +224,7 @@ def main(argv=None):
         log(f"{fallbacks} sentences without a teacher output (empty, or too long for the teacher) keep their gold target")
     binarize(out, data, src, tgt, args.subset, args.workers)
     copy_corpus_files(data, out, args.subset)
-    record = dict(settings, sentences=n, gold_fallbacks=fallbacks, data=str(data.resolve()),
-                  seconds=round(time.time() - state["start"], 1))
+    record = dict(settings, sentences=n, gold_fallbacks=fallbacks, seconds=round(time.time() - state["start"], 1))
     done_file.write_text(json.dumps(record, indent=1) + "\n")
     log(f"done: {out} ({n} sentences, {fallbacks} gold fallbacks)")
     return record
