@@ -9,8 +9,8 @@ Each head's loss is fairseq's label-smoothed cross entropy (``label_smoothed_nll
 ``--head-loss mean`` optimises the mean of the heads' losses; ``--head-loss random`` one head drawn
 uniformly per batch, an unbiased estimate of the mean that needs the logits of one head only (the
 paper's memory saver, §6; validation always uses the mean).  The draw uses torch's global
-generator, which fairseq's trainer reseeds with ``--seed`` + the update number before every step (``Trainer._set_seed``), so a run and
-a resumed run draw the same heads.  Trained heads are ``1..k``, or ``2..k`` when the base is frozen
+generator, which fairseq's trainer reseeds with ``--seed`` + the update number before every step
+(``Trainer._set_seed``), so a run and a resumed run draw the same heads.  Trained heads are ``1..k``, or ``2..k`` when the base is frozen
 (``--freeze-base``: head 1 is the frozen base itself and has nothing to train).
 
 Every head's loss is logged as ``loss_h<i>`` / ``nll_loss_h<i>`` (base 2, per target token of that
