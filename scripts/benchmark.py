@@ -16,6 +16,8 @@ the corpus for a row with another corpus of the same data root (e.g. ``"corpus":
 Optional: ``family`` (the plot's marker: anchors, orders, draft-and-verify, non-autoregressive;
 default from the row, see :func:`family_of`), ``"vs_beam5": true`` (the row must get
 ``ratio_vs_beam5``: an error when no fairseq beam-5 baseline row runs).
+``"lossless": true`` rows are compared with the greedy row of their own checkpoint, or of
+``"greedy_model"`` (frozen blockwise heads must reproduce their base model's greedy output).
 
 For every row x beam x batch size the harness loads the model once (loading is never timed),
 decodes the whole test set once for BLEU (sacreBLEU on detokenised output, against the raw
@@ -609,6 +611,9 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             greedy_tokens[key] = tokens
         identical = None
         if row.get("lossless"):
+            # "greedy_model": lossless w.r.t. another checkpoint's greedy (frozen blockwise heads keep the base's)
+            if "greedy_model" in row:
+                key = (str(checkpoint_of({"method": row["method"], "model": row["greedy_model"]}, checkpoints)), bs)
             ref = greedy_tokens.get(key)
             if ref is None:
                 raise BenchmarkError(f"row '{row['method']}' is lossless but no greedy baseline row "

@@ -16,7 +16,11 @@ mkdir -p "$save"
 # shellcheck disable=SC2046
 read -r -a args <<< "$(sed -e 's/#.*//' "$config" | tr '\n' ' ')"
 device_args=()
-python -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && device_args+=(--fp16) || device_args+=(--cpu)
+gpu_precision=--fp16
+# a frozen base (blockwise heads, --freeze-base) must stay bit-identical to its checkpoint: --fp16 would
+# halve and save it in fp16, mixed precision (--amp) keeps the fp32 weights
+[[ " ${args[*]} " == *" --freeze-base "* ]] && gpu_precision=--amp
+python -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && device_args+=("$gpu_precision") || device_args+=(--cpu)
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 set -x
 fairseq-train "$data" --user-dir "$here/fairseq_plugins" "${args[@]}" "${device_args[@]}" \

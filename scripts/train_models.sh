@@ -3,20 +3,31 @@
 # trained yet:  scripts/train_models.sh LIST DATA_ROOT CKPT_ROOT UPDATES [NAME...]
 # A model counts as trained when CKPT_ROOT/NAME/DONE-UPDATES exists; an interrupted training resumes
 # from its checkpoint_last.pt.  With NAMEs, only those lines are trained (in the given order).
+# Placeholders in a CONFIG's arguments: {CKPT} -> CKPT_ROOT, {DATA} -> DATA_ROOT (absolute), e.g.
+# "--base-checkpoint {CKPT}/baseline/checkpoint_best.pt" for models built on another one of the list
+# (which must come earlier in it); the substituted copy is CKPT_ROOT/NAME/train.args.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 4 ] || { echo "usage: $0 LIST DATA_ROOT CKPT_ROOT UPDATES [NAME...]" >&2; exit 2; }
 list=$1 data=$2 ckpts=$3 updates=$4; shift 4
 start=$(date +%s)
+mkdir -p "$ckpts"
+ckpts_abs=$(cd "$ckpts" && pwd) data_abs=$(cd "$data" && pwd)
 names=("$@")
-[ ${#names[@]} -gt 0 ] || mapfile -t names < <(awk 'NF {print $1}' "$list")
+[ ${#names[@]} -gt 0 ] || mapfile -t names < <(awk 'NF && $1 !~ /^#/ {print $1}' "$list")
 for name in "${names[@]}"; do
   read -r _ config corpus < <(awk -v n="$name" '$1 == n' "$list")  || config=""
   [ -n "${config:-}" ] || { echo "error: $name is not in $list" >&2; exit 2; }
   mark="$ckpts/$name/DONE-$updates"
   [ -f "$mark" ] && continue
   echo "[train $(( $(date +%s) - start ))s] $name ($config on $corpus, $updates updates)"
-  scripts/train.sh "$config" "$data/$corpus/bin" "$ckpts/$name" --max-update "$updates" 2>/dev/null \
+  args_file=$config
+  if grep -q -e '{CKPT}' -e '{DATA}' "$config"; then
+    mkdir -p "$ckpts/$name"
+    args_file="$ckpts/$name/train.args"
+    sed -e "s#{CKPT}#$ckpts_abs#g" -e "s#{DATA}#$data_abs#g" "$config" > "$args_file"
+  fi
+  scripts/train.sh "$args_file" "$data/$corpus/bin" "$ckpts/$name" --max-update "$updates" 2>/dev/null \
     | grep --line-buffered -E "train_inner|valid on|done training" | sed -u 's/^.*| INFO | //' || true
   grep -q "done training" "$ckpts/$name/train.log" 2>/dev/null \
     || { echo "error: training $name failed: see $ckpts/$name/train.log" >&2; exit 1; }

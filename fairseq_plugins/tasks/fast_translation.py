@@ -9,12 +9,20 @@ A :class:`fairseq.tasks.translation.TranslationTask` with
 * decoding options for ``fairseq-generate`` (SPEC §2): a reordered model decodes with the
   step-wise multi-word beam search; ``--drafter`` switches to the draft-and-verify engine.
   ``build_generator`` picks the generator from them; with neither, fairseq's own generator runs.
+  A draft-and-verify run of ``fairseq-generate`` ends with one log line of its counts (model calls,
+  mean accepted, share of draft tokens accepted; ``decoding/report.py``).  fairseq-generate has no
+  end-of-run hook, so the task uses the two it calls: it remembers the batch iterator it made
+  (``get_batch_iterator``) and, in ``inference_step``, logs the line once that iterator's epoch is
+  exhausted, i.e. right after the last batch (no atexit, no ``__del__``, nothing of fairseq patched).
 """
+import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+logger = logging.getLogger(__name__)
 
 ORDERS = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
 DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
@@ -47,7 +55,9 @@ class FastTranslationConfig(TranslationConfig):
         default=None, metadata={"help": "draft-and-verify drafter: " + ", ".join(DRAFTERS) +
                                 " ('none' = greedy through the engine); unset = fairseq's own generator"})
     acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ", ".join(ACCEPTANCES)})
-    block_size: int = field(default=5, metadata={"help": "k, draft tokens verified per model call"})
+    block_size: Optional[int] = field(
+        default=None, metadata={"help": "k, draft tokens verified per model call (blockwise: the block of k tokens, "
+                                "k-1 of them drafted by heads 2..k); unset: 5, blockwise: the checkpoint's K"})
     acceptance_topk: int = field(default=2, metadata={"help": "topk acceptance: accept a draft token in the "
                                                       "verifier's top-N (Stern 5.1)"})
     min_block_size: int = field(default=2, metadata={"help": "min_block acceptance: l (Stern 5.3)"})
@@ -75,6 +85,8 @@ class FastTranslationTask(TranslationTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         validate_options(cfg)
+        self._batch_iterator = None  # the last one made: its end is the end of a fairseq-generate run
+        self._summarised = set()
 
     # ---- training: reorder the target side ----
     @property
@@ -127,12 +139,37 @@ class FastTranslationTask(TranslationTask):
                 "this checkpoint is a plain left-to-right model")
         return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
 
+    def get_batch_iterator(self, *args, **kwargs):
+        self._batch_iterator = super().get_batch_iterator(*args, **kwargs)
+        return self._batch_iterator
+
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         hypos = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
                                        constraints=constraints)
         if "natural_target" in sample:  # reordered batches: fairseq-generate prints/scores sample["target"]
             sample["target"] = sample["natural_target"]
+        self._summarise_at_end(generator)
         return hypos
+
+    def _summarise_at_end(self, generator):
+        """Log the draft-and-verify counts once, after the last batch of the current iterator."""
+        stats = getattr(generator, "stats", None)
+        itr = self._batch_iterator
+        if not isinstance(stats, dict) or "draft_tokens" not in stats or itr is None or not hasattr(itr, "end_of_epoch"):
+            return
+        key = (id(generator), id(itr), getattr(itr, "epoch", None))
+        if key in self._summarised:
+            return
+        try:
+            ended = itr.end_of_epoch()
+        except AttributeError:  # no epoch iterator made from it yet (batches fed by other means)
+            return
+        if not ended:
+            return
+        from fairseq_plugins.decoding.report import summary_line
+
+        self._summarised.add(key)
+        logger.info(summary_line(stats))
 
 
 def order_flags_given(cfg):
@@ -171,7 +208,7 @@ def validate_options(cfg):
     if cfg.acceptance not in ACCEPTANCES:
         raise FastTranslationOptionError(
             f"--acceptance {cfg.acceptance!r} is unknown; choose one of {', '.join(ACCEPTANCES)}")
-    if cfg.block_size < 1:
+    if cfg.block_size is not None and cfg.block_size < 1:
         raise FastTranslationOptionError(f"--block-size must be >= 1 (got {cfg.block_size})")
     if cfg.tokens_per_direction < 1:
         raise FastTranslationOptionError(f"--tokens-per-direction must be >= 1 (got {cfg.tokens_per_direction})")

@@ -14,9 +14,12 @@ The interface is small, so that adding a drafter never touches the engine:
 * ``max_draft(max_len)``   an upper bound of ``K`` (buffer sizes).
 
 A drafter may propose fewer than ``K`` tokens for a row (``lengths(draft)``, by default the leading
-non-PAD tokens): the verification call is as wide as the widest row's draft.  ``adaptive_block`` is the drafter's default for
-``--adaptive-block-size auto`` (``block_size.AdaptiveBlock``: each row's draft capped from its
-recent acceptance).
+non-PAD tokens): the verification call is as wide as the widest row's draft.  ``adaptive_block`` is
+the drafter's default for ``--adaptive-block-size auto`` (``block_size.AdaptiveBlock``: each row's
+draft capped from its recent acceptance).
+
+``--block-size`` is optional (:func:`block_size_of`): unset, jacobi and input_copy use
+``DEFAULT_BLOCK_SIZE`` and blockwise all the checkpoint's heads.
 
 ``needs_target_length``: PJ/PGJ need the target length (``--jacobi-length``); the engine then
 passes ``ctx.target_length`` (``max`` or a greedy pre-run, reported as such).
@@ -25,6 +28,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from torch import Tensor
+
+
+DEFAULT_BLOCK_SIZE = 5
+
+
+def block_size_of(cfg, default=DEFAULT_BLOCK_SIZE) -> int:
+    """``--block-size``, or ``default`` when it was not given."""
+    return default if getattr(cfg, "block_size", None) is None else cfg.block_size
 
 
 class DrafterNotAvailableError(ValueError):
@@ -100,7 +111,7 @@ def _unavailable(what):
     def factory(cfg, task, models):
         raise DrafterNotAvailableError(
             f"--drafter {cfg.drafter}: not available yet: needs {what}. Use --drafter none, jacobi_pj, "
-            "jacobi_pgj, jacobi_hgj or input_copy meanwhile.")
+            "jacobi_pgj, jacobi_hgj, input_copy or blockwise meanwhile.")
     return factory
 
 
@@ -108,6 +119,12 @@ def _jacobi(cfg, task, models):
     from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
 
     return JacobiDrafter.from_config(cfg)
+
+
+def _blockwise(cfg, task, models):
+    from fairseq_plugins.decoding.drafters.blockwise import from_config
+
+    return from_config(cfg, task, models)
 
 
 def _input_copy(cfg, task, models):
@@ -123,7 +140,7 @@ DRAFTERS = {
     "jacobi_pgj": _jacobi,
     "jacobi_hgj": _jacobi,
     "input_copy": _input_copy,
-    "blockwise": _unavailable("a model with blockwise heads (Stern §6)"),
+    "blockwise": _blockwise,
     "nar": _unavailable("a NAR drafter checkpoint passed with --drafter-path (GAD §3.2.1)"),
 }
 

@@ -23,7 +23,7 @@ mapped to target ids through their strings (``<unk>`` where the target lacks a p
 """
 import torch
 
-from fairseq_plugins.decoding.drafters import Drafter, StepResult
+from fairseq_plugins.decoding.drafters import Drafter, StepResult, block_size_of
 
 _NO_MATCH = -1   # source-side value that never equals an output token (BOS slot)
 _SENTINEL = -2   # source-side value of the trailing PAD sentinel / padding for matching
@@ -44,7 +44,7 @@ class InputCopyDrafter(Drafter):
 
     @classmethod
     def from_config(cls, cfg, task):
-        return cls(cfg.block_size, cfg.copy_ngram, source_to_target_map(task.source_dictionary, task.target_dictionary))
+        return cls(block_size_of(cfg), cfg.copy_ngram, source_to_target_map(task.source_dictionary, task.target_dictionary))
 
     def max_draft(self, max_len):
         return self.block

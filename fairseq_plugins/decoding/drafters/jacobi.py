@@ -28,7 +28,7 @@ the next block's first guess instead of PAD; it costs nothing and keeps the outp
 """
 import torch
 
-from fairseq_plugins.decoding.drafters import Drafter, StepResult
+from fairseq_plugins.decoding.drafters import Drafter, StepResult, block_size_of
 
 
 class JacobiDrafter(Drafter):
@@ -48,7 +48,7 @@ class JacobiDrafter(Drafter):
 
     @classmethod
     def from_config(cls, cfg):
-        return cls(cfg.drafter.split("_", 1)[1], cfg.block_size)
+        return cls(cfg.drafter.split("_", 1)[1], block_size_of(cfg))
 
     def max_draft(self, max_len):
         return max_len if self.variant == "pj" else self.block

@@ -1,0 +1,125 @@
+"""``--criterion blockwise_cross_entropy``: the training loss of blockwise heads (Stern et al. 2018 §6).
+
+Head ``i`` at target position ``t`` (fed ``y_0..y_t``, ``y_0`` = BOS) predicts ``y_{t+i}``: its target
+is fairseq's target shifted left by ``i - 1``; the last ``i - 1`` positions of every sentence have
+no token to predict and are padding (ignored), so EOS is a target of every head exactly once.
+Each head's loss is fairseq's label-smoothed cross entropy (``label_smoothed_nll_loss``,
+``--label-smoothing`` as ``label_smoothed_cross_entropy``).
+
+``--head-loss mean`` optimises the mean of the heads' losses; ``--head-loss random`` one head drawn
+uniformly per batch, an unbiased estimate of the mean that needs the logits of one head only (the
+paper's memory saver, §6; validation always uses the mean).  The draw uses torch's global
+generator, which fairseq's trainer reseeds with ``--seed`` + the update number before every step
+(``Trainer._set_seed``), so a run and a resumed run draw the same heads.  Trained heads are ``1..k``, or ``2..k`` when the base is frozen
+(``--freeze-base``: head 1 is the frozen base itself and has nothing to train).
+
+Every head's loss is logged as ``loss_h<i>`` / ``nll_loss_h<i>`` (base 2, per target token of that
+head), so ``fairseq-train`` prints them; ``loss`` / ``nll_loss`` are the optimised objective.
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+from fairseq import utils
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion, LabelSmoothedCrossEntropyCriterionConfig, label_smoothed_nll_loss)
+from fairseq.logging import metrics
+
+HEAD_LOSSES = ("mean", "random")
+
+
+@dataclass
+class BlockwiseCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    head_loss: str = field(
+        default="mean", metadata={"help": "mean: the mean of the heads' losses; random: one head drawn uniformly "
+                                  "per batch (Stern §6's memory saver)"})
+
+
+class BlockwiseCriterionError(ValueError):
+    """The criterion cannot train this model/task; the message says how to fix it."""
+
+
+def head_target(target: torch.Tensor, head: int, pad: int) -> torch.Tensor:
+    """Target of head ``head`` (1-based) for fairseq's right-padded ``target`` ``(B, T)``:
+    position ``t`` gets ``y_{t+head}`` = ``target[:, t + head - 1]``, PAD past the end."""
+    if head == 1:
+        return target
+    shifted = target.new_full(target.shape, pad)
+    shifted[:, : max(0, target.size(1) - head + 1)] = target[:, head - 1 :]
+    return shifted
+
+
+@register_criterion("blockwise_cross_entropy", dataclass=BlockwiseCrossEntropyConfig)
+class BlockwiseCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
+                 head_loss="mean"):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        if head_loss not in HEAD_LOSSES:
+            raise BlockwiseCriterionError(f"--head-loss {head_loss!r} is unknown; choose mean or random")
+        if ignore_prefix_size:
+            raise BlockwiseCriterionError("blockwise_cross_entropy does not support --ignore-prefix-size")
+        if getattr(getattr(task, "cfg", None), "left_pad_target", False):
+            raise BlockwiseCriterionError("blockwise_cross_entropy shifts right-padded targets: drop --left-pad-target")
+        self.head_loss = head_loss
+
+    def trained_heads(self, model):
+        if getattr(model, "block_heads", None) is None:
+            raise BlockwiseCriterionError(
+                f"--criterion blockwise_cross_entropy trains blockwise heads: use --arch blockwise_transformer "
+                f"(got {type(model).__name__})")
+        k = model.num_block_heads
+        frozen = not any(p.requires_grad for p in model.decoder.parameters())
+        return list(range(2 if frozen else 1, k + 1))
+
+    def forward(self, model, sample, reduce=True):
+        heads = self.trained_heads(model)
+        k = model.num_block_heads
+        drawing = self.head_loss == "random" and model.training  # validation: the mean (a stable best checkpoint)
+        chosen = [heads[int(torch.randint(len(heads), (1,)))]] if drawing else heads
+        logged = set(chosen) if drawing else set(chosen) | {1}  # head 1 = the base's own loss, for reference
+        features, extra = model(**sample["net_input"], features_only=True)
+        target = model.get_targets(sample, (features, extra))
+        losses, nll_losses, logging_output = [], [], {}
+        for head in range(1, k + 1):
+            if head not in logged:
+                loss_i = nll_i = torch.zeros((), device=features.device)
+                n_i = 0
+            else:
+                with torch.set_grad_enabled(torch.is_grad_enabled() and head in chosen):
+                    loss_i, nll_i, n_i = self.head_loss_of(model, features, extra, target, head, reduce)
+                if head in chosen:
+                    losses.append(loss_i)
+                    nll_losses.append(nll_i)
+            logging_output[f"loss_h{head}"] = loss_i.data
+            logging_output[f"nll_loss_h{head}"] = nll_i.data
+            logging_output[f"ntokens_h{head}"] = n_i
+        loss = sum(losses) / len(losses)
+        nll_loss = sum(nll_losses) / len(nll_losses)
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        logging_output.update({
+            "loss": loss.data, "nll_loss": nll_loss.data, "ntokens": sample["ntokens"],
+            "nsentences": sample["target"].size(0), "sample_size": sample_size,
+        })
+        return loss, sample_size, logging_output
+
+    def head_loss_of(self, model, features, extra, target, head, reduce=True):
+        """Label-smoothed loss, NLL and number of target tokens of one head."""
+        logits = model.head_logits(features, head)
+        lprobs = model.get_normalized_probs((logits, extra), log_probs=True)
+        tgt = head_target(target, head, self.padding_idx)
+        loss, nll = label_smoothed_nll_loss(lprobs.view(-1, lprobs.size(-1)), tgt.reshape(-1), self.eps,
+                                            ignore_index=self.padding_idx, reduce=reduce)
+        return loss, nll, int(tgt.ne(self.padding_idx).sum())
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        keys = {key for log in logging_outputs for key in log if key.startswith("ntokens_h")}
+        for head in sorted(int(key[len("ntokens_h"):]) for key in keys):
+            n = utils.item(sum(log.get(f"ntokens_h{head}", 0) for log in logging_outputs))
+            if n > 0:  # --head-loss random: heads not drawn in these batches are not logged
+                loss = utils.item(sum(log.get(f"loss_h{head}", 0) for log in logging_outputs))
+                nll = utils.item(sum(log.get(f"nll_loss_h{head}", 0) for log in logging_outputs))
+                metrics.log_scalar(f"loss_h{head}", loss / n / math.log(2), n, round=3)
+                metrics.log_scalar(f"nll_loss_h{head}", nll / n / math.log(2), n, round=3)

@@ -1,0 +1,89 @@
+"""Blockwise parallel decoding as a drafter (Stern, Shazeer & Uszkoreit 2018, §3-4).
+
+The proposal heads ``p_2..p_k`` sit on the verifier's own last hidden states
+(``--arch blockwise_transformer``), so proposing costs no model call of its own: "combined scoring
+and proposal" (§4).  One verifier call per iteration scores ``[last token, proposals 2..k]``; the
+engine accepts a prefix of the proposals and appends the verifier's own token at the bifurcation
+(which is head 1's proposal ``p_1`` for the next block: head 1 *is* the verifier, footnote 1); the
+heads at that same position (the row's last accepted fed position, read from ``step.hidden`` in
+:meth:`observe`) propose the next block's ``y_{j+2}..y_{j+k}``.  The first call of a sentence has
+nothing to verify and only proposes, so a sentence decoded in ``I`` verifying iterations costs
+``I + 1`` model calls (§4: m/k + 1 instead of 2m/k).
+
+``--block-size`` ``b`` (``<= K``, the checkpoint's ``--block-heads``) uses heads ``2..b``: ``b - 1``
+draft tokens per call; unset, all K heads.  Head logits are computed only at the gathered position
+of each row (one ``(B, d)`` slice through the FFN and the output projection), not at every fed
+position.  PAD is never proposed (the verifier would reject it).
+"""
+from typing import Optional
+
+import torch
+
+from fairseq_plugins.decoding.drafters import Drafter, DrafterNotAvailableError, StepResult
+
+TRAIN_HEADS_HINT = (
+    "train heads on top of it, e.g.\n"
+    "  fairseq-train DATA/bin --user-dir fairseq_plugins --task fast_translation --arch blockwise_transformer "
+    "--base-checkpoint THAT.pt --block-heads 4 --freeze-base --criterion blockwise_cross_entropy "
+    "--label-smoothing 0.1 --optimizer adam --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 300 "
+    "--max-tokens 4096 --max-update 1000 --save-dir checkpoints/blockwise_k4\n"
+    "(configs/models/blockwise_*.args), then decode the new checkpoint with --drafter blockwise")
+
+
+class BlockwiseDrafter(Drafter):
+    name = "blockwise"
+
+    def __init__(self, model, block_size: Optional[int] = None):
+        heads = getattr(model, "block_heads", None)
+        if heads is None:
+            raise DrafterNotAvailableError(
+                f"--drafter blockwise needs a checkpoint with blockwise heads (Stern §6), but the model is a "
+                f"{type(model).__name__} without them; {TRAIN_HEADS_HINT}")
+        k = heads.k
+        block = k if block_size is None else block_size
+        if block < 1:
+            raise ValueError(f"--block-size must be >= 1 (got {block})")
+        if block > k:
+            raise DrafterNotAvailableError(
+                f"--block-size {block} is larger than the checkpoint's K={k} heads (--block-heads {k} at training); "
+                f"pass --block-size {k} or less (or omit it), or train a model with more heads")
+        self.model = model
+        self.heads = heads
+        self.block = block
+        self.proposals: Optional[torch.Tensor] = None
+
+    def max_draft(self, max_len):
+        return self.block - 1
+
+    def begin(self, ctx):
+        super().begin(ctx)
+        self.proposals = None  # the first call only proposes
+
+    def propose(self, out, n_gen):
+        if self.proposals is None:
+            return out.new_empty((out.size(0), 0))
+        return self.proposals
+
+    def observe(self, step: StepResult):
+        if self.block < 2:
+            self.proposals = step.draft.new_empty((step.draft.size(0), 0))
+            return
+        if step.hidden is None:
+            raise RuntimeError("--drafter blockwise needs the verifier's hidden states (StepResult.hidden)")
+        # the fed position whose prediction was the appended bifurcation token: index ``accepted``
+        idx = step.accepted.view(-1, 1, 1).expand(-1, 1, step.hidden.size(2))
+        h = step.hidden.gather(1, idx).squeeze(1)                       # (B, d)
+        x = self.heads(h, 2, self.block)                                # (B, b-1, d)
+        logits = self.model.decoder.output_layer(x)                     # (B, b-1, V)
+        logits[:, :, self.ctx.pad] = -float("inf")
+        self.proposals = logits.argmax(dim=-1)
+
+    def select_rows(self, rows):
+        if self.proposals is not None:
+            self.proposals = self.proposals.index_select(0, rows)
+
+
+def from_config(cfg, task, models) -> BlockwiseDrafter:
+    if not models:
+        raise DrafterNotAvailableError("--drafter blockwise reads its heads from the verifier model: pass --path")
+    return BlockwiseDrafter(models[0], cfg.block_size)

@@ -1,0 +1,264 @@
+#!/usr/bin/env python
+"""Sequence-level knowledge distillation (Kim & Rush 2016): the training split translated by a teacher.
+
+Used by blockwise heads (Stern et al. 2018 §6.2), the GAD drafter and verifier, and the reordered
+models alike::
+
+    python scripts/distill.py --data data/en-de --path checkpoints/baseline/checkpoint_best.pt \\
+        --out data/en-de-distilled [--beam 5] [--batch-size 64]
+
+``--data`` is a corpus folder as made by ``scripts/build_message_corpus.py`` (``bin/`` with the
+binarized splits and dictionaries, the raw test references, the subword model).  The binarized
+train split is translated in-process with the teacher's own task and fairseq's generator (beam
+search, ``--beam 5``, batches sorted by source length) and ``--out`` gets a corpus folder of the
+same layout:
+
+* ``bin/``: ``train`` binarized from the teacher's output with the SAME dictionaries
+  (``fairseq-preprocess --srcdict/--tgtdict``), ``valid``/``test`` copied from the original;
+* ``train.sub.<src>`` / ``train.sub.<tgt>``: the subword-level sources and teacher translations,
+  one line per source sentence, in the original order;
+* the raw valid/test files, the subword model and marker, copied (``scripts/benchmark.py`` works
+  on the new folder as on the original);
+* ``distill.json``: teacher, settings and counts.
+
+Empty teacher outputs (the teacher ends with EOS at once) would become empty training targets; such
+sentences keep their gold target instead, and their number is printed and recorded
+(``gold_fallbacks``).  Likewise for sources the teacher cannot take (longer than its
+``--max-source-positions``).
+
+Resumable: the split is translated in shards of ``--shard-size`` sentences, each written to
+``OUT/shards/`` when complete; an interrupted run continues with the missing shards (the settings
+must be the same).  The shards stay for later re-assembly; delete them once ``distill.json`` exists.
+Progress (sentences, speed, ETA) is printed as it goes.
+"""
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+class DistillError(RuntimeError):
+    """Bad input to the distillation; the message says how to fix it."""
+
+
+# copied from the original corpus folder as they are (raw splits other than train, subword model)
+AUX_FILES = ("spm.model", "spm.vocab", "bpe.codes", "subword")
+SETTINGS = ("data", "teacher", "beam", "lenpen", "max_len_a", "max_len_b", "subset", "shard_size", "source", "target")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="corpus folder (with bin/) whose train split is distilled")
+    ap.add_argument("--path", required=True, help="teacher checkpoint")
+    ap.add_argument("--out", required=True, help="new corpus folder")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    ap.add_argument("--max-tokens", type=int, default=8000, help="source tokens per batch")
+    ap.add_argument("--lenpen", type=float, default=1.0)
+    # choice: a length cap relative to the source keeps a looping teacher from writing 200-token targets
+    ap.add_argument("--max-len-a", type=float, default=1.2)
+    ap.add_argument("--max-len-b", type=int, default=10)
+    ap.add_argument("--shard-size", type=int, default=5000, help="sentences per resumable shard")
+    ap.add_argument("--subset", default="train", help="split to distil (default train)")
+    ap.add_argument("--cpu", action="store_true", help="decode on CPU even when a GPU is available")
+    ap.add_argument("--fp16", action="store_true", help="half precision on GPU")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU")
+    ap.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
+    return ap.parse_args(argv)
+
+
+def log(msg):
+    print(f"[distill] {msg}", flush=True)
+
+
+def load_teacher(path, bin_dir, use_cuda, fp16):
+    from fairseq import checkpoint_utils
+
+    import fairseq_plugins  # noqa: F401  (compat repairs + the plugin's tasks/models)
+
+    if not Path(path).is_file():
+        raise DistillError(f"teacher checkpoint {path} does not exist: train it first (scripts/train.sh)")
+    try:
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(bin_dir)})
+    except RuntimeError as err:
+        if "size mismatch" in str(err):
+            raise DistillError(f"the teacher {path} was trained with other dictionaries than {bin_dir} "
+                               "(embedding sizes differ): distil the corpus the teacher was trained on") from None
+        raise
+    for m in models:
+        m.eval()
+        if fp16:
+            m.half()
+        if use_cuda:
+            m.cuda()
+    return models, task
+
+
+def shard_path(work, i):
+    return work / f"shard-{i:05d}.txt"
+
+
+def translate_shard(task, models, generator, ds, ids, args, use_cuda, progress):
+    """Teacher translations (subword strings) of ``ids``, in the order of ``ids``; "" where none."""
+    import numpy as np
+    import torch
+    from fairseq import utils
+    from fairseq.data import data_utils
+
+    tgt_dict = task.target_dictionary
+    order = np.asarray(ids, dtype=np.int64)[np.argsort(ds.src_sizes[ids], kind="stable")]  # by source length
+    max_src = min(m.max_positions()[0] if isinstance(m.max_positions(), tuple) else m.max_positions() for m in models)
+    fits = order[ds.src_sizes[order] <= max_src]
+    if len(fits) < len(order):
+        progress(len(order) - len(fits))  # too long for the teacher: they keep their gold target
+    batches = data_utils.batch_by_size(fits, ds.num_tokens, max_tokens=args.max_tokens,
+                                       max_sentences=args.batch_size)
+    out = {}
+    for batch in batches:
+        sample = ds.collater([ds[int(i)] for i in batch])
+        if use_cuda:
+            sample = utils.move_to_cuda(sample)
+        with torch.no_grad():
+            hypos = task.inference_step(generator, models, sample)
+        for j, sid in enumerate(sample["id"].tolist()):
+            out[sid] = tgt_dict.string(hypos[j][0]["tokens"].int().cpu())
+        progress(len(batch))
+    return [out.get(int(i), "") for i in ids]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    data, out = Path(args.data), Path(args.out)
+    bin_dir = data / "bin"
+    if not bin_dir.is_dir():
+        raise DistillError(f"{bin_dir} does not exist: --data must be a corpus folder made by "
+                           "scripts/build_message_corpus.py (or a paper pipeline)")
+    if out.resolve() == data.resolve():
+        raise DistillError("--out must be a new folder, not the --data corpus itself")
+    use_cuda = torch.cuda.is_available() and not args.cpu
+    models, task = load_teacher(args.path, bin_dir, use_cuda, args.fp16 and use_cuda)
+    src, tgt = task.cfg.source_lang, task.cfg.target_lang
+    settings = dict(data=str(data.resolve()), teacher=str(Path(args.path).resolve()), beam=args.beam,
+                    lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b, subset=args.subset,
+                    shard_size=args.shard_size, source=src, target=tgt)
+    done_file = out / "distill.json"
+    if done_file.exists() and all(json.loads(done_file.read_text()).get(k) == settings[k] for k in SETTINGS):
+        log(f"{out} is already distilled with these settings: nothing to do")
+        return json.loads(done_file.read_text())
+    work = out / "shards"
+    work.mkdir(parents=True, exist_ok=True)
+    settings_file = work / "settings.json"
+    if settings_file.exists():
+        previous = json.loads(settings_file.read_text())
+        if previous != settings:
+            changed = [k for k in SETTINGS if previous.get(k) != settings[k]]
+            raise DistillError(f"{work} holds a distillation with other settings ({', '.join(changed)}); "
+                               "pass the same ones to resume it, or remove the folder to start over")
+    settings_file.write_text(json.dumps(settings, indent=1) + "\n")
+
+    from fairseq.dataclass.configs import GenerationConfig
+
+    task.load_dataset(args.subset)
+    ds = task.dataset(args.subset)
+    n = len(ds)
+    if n == 0:
+        raise DistillError(f"the {args.subset} split of {bin_dir} is empty")
+    if ds.tgt is None:
+        raise DistillError(f"the {args.subset} split of {bin_dir} has no target side")
+    gen_cfg = GenerationConfig(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+    generator = task.build_generator(models, gen_cfg)
+    n_shards = math.ceil(n / args.shard_size)
+    todo = [i for i in range(n_shards) if not shard_path(work, i).exists()]
+    log(f"teacher {args.path}: {n} {args.subset} sentences ({src}->{tgt}), beam {args.beam}, "
+        f"{n_shards} shards of {args.shard_size}, {n_shards - len(todo)} done before, "
+        f"{'GPU' if use_cuda else 'CPU'}")
+    remaining = sum(min(n, (i + 1) * args.shard_size) - i * args.shard_size for i in todo)
+    state = dict(done=0, start=time.time(), shown=0.0)
+
+    def progress(k):
+        state["done"] += k
+        now = time.time()
+        if now - state["shown"] >= 10 or state["done"] == remaining:
+            state["shown"] = now
+            rate = state["done"] / max(1e-9, now - state["start"])
+            eta = (remaining - state["done"]) / max(rate, 1e-9)
+            log(f"{state['done']}/{remaining} sentences, {rate:.1f} sent/s, ETA {eta / 60:.1f} min")
+
+    for i in todo:
+        ids = list(range(i * args.shard_size, min(n, (i + 1) * args.shard_size)))
+        lines = translate_shard(task, models, generator, ds, ids, args, use_cuda, progress)
+        tmp = shard_path(work, i).with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        tmp.rename(shard_path(work, i))  # a shard exists only when complete
+
+    # assemble: one line per source, original order; empty teacher outputs keep the gold target
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    hyps = []
+    for i in range(n_shards):
+        lines = shard_path(work, i).read_text(encoding="utf-8").split("\n")[:-1]
+        expected = min(n, (i + 1) * args.shard_size) - i * args.shard_size
+        if len(lines) != expected:
+            raise DistillError(f"{shard_path(work, i)} has {len(lines)} lines, expected {expected}: remove it and rerun")
+        hyps.extend(lines)
+    fallbacks = 0
+    with open(out / f"{args.subset}.sub.{src}", "w", encoding="utf-8") as fs, \
+            open(out / f"{args.subset}.sub.{tgt}", "w", encoding="utf-8") as ft:
+        for i, hyp in enumerate(hyps):
+            if not hyp.strip():
+                hyp = tgt_dict.string(ds.tgt[i])
+                fallbacks += 1
+            fs.write(src_dict.string(ds.src[i]) + "\n")
+            ft.write(hyp + "\n")
+    if fallbacks:
+        log(f"{fallbacks} sentences without a teacher output (empty, or too long for the teacher) keep their gold target")
+    binarize(out, data, src, tgt, args.subset, args.workers)
+    copy_corpus_files(data, out, args.subset)
+    record = dict(settings, sentences=n, gold_fallbacks=fallbacks, seconds=round(time.time() - state["start"], 1))
+    done_file.write_text(json.dumps(record, indent=1) + "\n")
+    log(f"done: {out} ({n} sentences, {fallbacks} gold fallbacks)")
+    return record
+
+
+def binarize(out, data, src, tgt, subset, workers):
+    """fairseq-preprocess with the original dictionaries, into OUT/bin (the new split only)."""
+    tmp = out / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
+           "--trainpref", str(out / f"{subset}.sub"), "--destdir", str(tmp),
+           "--srcdict", str(data / "bin" / f"dict.{src}.txt"), "--tgtdict", str(data / "bin" / f"dict.{tgt}.txt"),
+           "--workers", str(workers)]
+    log("+ " + " ".join(cmd))
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    (out / "bin").mkdir(exist_ok=True)
+    for f in tmp.glob(f"train.{src}-{tgt}.*"):
+        f.replace(out / "bin" / (subset + f.name[len("train"):]))
+    shutil.rmtree(tmp)
+
+
+def copy_corpus_files(data, out, subset):
+    """Everything of the original folder but the distilled split: dictionaries, other binarized
+    splits, raw valid/test files (references), subword model and marker."""
+    for f in (data / "bin").iterdir():
+        if f.is_file() and not f.name.startswith(f"{subset}.") and f.name != "preprocess.log":
+            shutil.copy2(f, out / "bin" / f.name)
+    for f in data.iterdir():
+        if f.is_file() and (f.name in AUX_FILES or not f.name.startswith(f"{subset}.")) and f.name != "DONE":
+            shutil.copy2(f, out / f.name)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except DistillError as err:
+        sys.exit(f"error: {err}")
