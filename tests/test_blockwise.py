@@ -117,16 +117,25 @@ def stern_reference(model, sample, k, max_len, eos, pad, min_len=1):
         nxt, draft = p1(feats[at + n], at + n), heads(feats[at + n])
 
 
-def test_model_calls_are_stern_iterations_plus_one(setup):
-    """Per sentence (batch 1): the engine's model calls (its own count and a hook on the decoder's
-    first layer, so no hidden extra call can hide) = the verify substeps of Stern's algorithm + 1,
-    the first call only proposing; the reference's tokens are fairseq's greedy."""
+def test_model_calls_are_stern_iterations_plus_one(setup, monkeypatch):
+    """Per sentence (batch 1): the engine's model calls (its own count and a count of the lean
+    decoder step's calls, so no hidden extra call can hide) = the verify substeps of Stern's
+    algorithm + 1, the first call only proposing; the reference's tokens are fairseq's greedy."""
+    from fairseq_plugins.decoding.step import DecoderStep
+
     models, _, task, batches, refs = setup
     model = models[0]
     tgt = task.target_dictionary
     gen = engine(models, task, "blockwise", block_size=K)
     layer_calls = []
-    hook = model.decoder.layers[0].register_forward_hook(lambda *a: layer_calls.append(1))
+    step_call = DecoderStep.__call__
+
+    def counted(self, *args, **kwargs):
+        layer_calls.append(1)
+        return step_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(DecoderStep, "__call__", counted)
+    hook = model.decoder.layers[0].register_forward_hook(lambda *a: layer_calls.append(1))  # fairseq's own path
     try:
         for sample in batches[1]:
             sid = int(sample["id"][0])
