@@ -21,7 +21,8 @@ def engine_runner(tiny_corpus, tiny_model):
 
     torch.set_num_threads(1)
     corpus = benchmark.Corpus(tiny_corpus)
-    return benchmark.FairseqRunner(corpus, tiny_model, "--task fast_translation --drafter jacobi_hgj --block-size 3",
+    return benchmark.FairseqRunner(corpus, tiny_model, "--task fast_translation --drafter jacobi_hgj --block-size 3 "
+                                   "--adaptive-block-size off",  # every iteration verifies a draft
                                    1, 4, "cpu", False, 1, (1.2, 10), 8)
 
 

@@ -2,8 +2,8 @@
 
 Per iteration, for all unfinished rows at once:
 
-1. the drafter proposes up to ``K`` tokens per row (PAD = none; a row may propose fewer), capped
-   per row by the block-size policy (``block_size``: fixed, or adapted to the row's acceptance);
+1. the drafter proposes up to ``K`` tokens per row (PAD = none; a row may propose fewer); the
+   block-size policy (``block_size``: fixed, or adapted to what the drafts achieve) caps the width;
 2. the verifier scores ``[last token, d_1..d_k]`` after each row's KV cache in ONE call of the lean
    decoder step (causal inside the draft, each row's logical positions), ``k`` = the widest useful
    draft of the batch, not ``K``;
@@ -157,7 +157,7 @@ class DraftVerifyGenerator:
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad))
         policy = self.block_policy()
-        policy.begin(bsz, kmax, device)
+        policy.begin(bsz, kmax)
         finalized: List[Optional[List[Dict]]] = [None] * bsz
         counters = torch.zeros(2, dtype=torch.long, device=device)  # draft_accepted, draft_tokens
         arange = torch.arange(width + 1, device=device)
@@ -165,9 +165,9 @@ class DraftVerifyGenerator:
         not_eos[self.eos] = False
         lengths = [0] * bsz  # host copy of n_gen
         iteration, row_iterations = 0, 0
-        draft, dlen = self._next_draft(drafter, policy, out, n_gen)
+        draft, dlen = self._next_draft(drafter, out, n_gen)
         if draft.size(1):  # trim to the widest useful draft (one sync before the first call)
-            draft = draft[:, : int(dlen.max())]
+            draft = draft[:, : min(policy.width(), int(dlen.max()))]
         while True:
             cur = n_gen.size(0)
             m = draft.size(1) + 1
@@ -225,21 +225,24 @@ class DraftVerifyGenerator:
             n_gen = n_gen + count
             drafter.observe(StepResult(draft=draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
                                        n_before=n_before, out=out, hidden=hidden))
-            proposed = dlen.clamp(max=draft.size(1))
+            proposed = dlen.clamp(max=draft.size(1))  # draft slots each row sent
             if count_stats and m > 1:
                 counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
-            policy.update(proposed, accepted)
-            draft, dlen = self._next_draft(drafter, policy, out, n_gen)  # the next draft, before the sync
+            draft, dlen = self._next_draft(drafter, out, n_gen)  # the next draft, before the sync
             row_iterations += cur
             iteration += 1
-            # the one host synchronisation of the iteration: finished rows, lengths, next draft width
+            # the one host synchronisation of the iteration: finished rows, lengths, what the drafts
+            # achieved (for the width policy) and the longest next draft
+            parts = [ended.long(), n_gen]
+            if m > 1:
+                parts += [proposed, accepted]
             if draft.size(1):
-                host = torch.cat([ended.long(), n_gen, dlen.masked_fill(ended, 0).max().view(1)]).tolist()
-                k_next = host[2 * cur]
-            else:
-                host = torch.cat([ended.long(), n_gen]).tolist()
-                k_next = 0
+                parts.append(dlen.masked_fill(ended, 0).max().view(1))
+            host = torch.cat(parts).tolist()
             done, lengths = host[:cur], host[cur : 2 * cur]
+            if m > 1:
+                policy.update(host[2 * cur : 3 * cur], host[3 * cur : 4 * cur])
+            k_next = host[-1] if draft.size(1) else 0
             cache.commit(count, max(lengths), min(lengths) == max(lengths))  # cut back to the accepted tokens
             if any(done):
                 keep = [i for i, d in enumerate(done) if not d]
@@ -253,9 +256,10 @@ class DraftVerifyGenerator:
                 lengths = [lengths[i] for i in keep]
                 cache.select_rows(keep_t, aligned=min(lengths) == max(lengths), max_length=max(lengths))
                 drafter.select_rows(keep_t)
-                policy.select_rows(keep_t)
+                policy.select_rows(keep)
                 out, lp_out, n_gen, score, draft, dlen = (
                     t.index_select(0, keep_t) for t in (out, lp_out, n_gen, score, draft, dlen))
+            k_next = min(k_next, policy.width())
             if draft.size(1) > k_next:
                 draft = draft[:, :k_next]
         if count_stats:
@@ -272,12 +276,13 @@ class DraftVerifyGenerator:
             stats["model_calls"] += iteration
         return finalized
 
-    def _next_draft(self, drafter: Drafter, policy, out: Tensor, n_gen: Tensor):
-        """The drafter's proposal for every row, capped by the block-size policy: ``(draft, lengths)``."""
+    @staticmethod
+    def _next_draft(drafter: Drafter, out: Tensor, n_gen: Tensor):
+        """The drafter's proposal for every row and how many of its slots are worth scoring."""
         draft = drafter.propose(out, n_gen)
         if draft.size(1) == 0:
             return draft, n_gen.new_zeros(n_gen.size(0))
-        return policy.cap(draft, drafter.lengths(draft), self.pad)
+        return draft, drafter.lengths(draft)
 
     @staticmethod
     def _running_scores(score: Tensor, lprobs: Tensor, draft: Tensor) -> Tensor:

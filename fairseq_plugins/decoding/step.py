@@ -37,29 +37,56 @@ class UnsupportedDecoderError(ValueError):
 
 
 class _LayerWeights:
-    """References to one decoder layer's modules (nothing copied; read at every call, so .half()
-    or .cuda() on the model after building the step is seen)."""
+    """One decoder layer's parameters as plain tensor references (no nn.Module attribute lookups
+    per call), plus the one tensor the step derives: the self-attention's q/k/v projections
+    stacked into one matrix, so that a call makes one GEMM instead of three.  ``refresh`` (once per
+    batch, from ``DecoderStep.begin``) re-reads everything, so .half()/.cuda()/load_state_dict on
+    the model after building the step are seen."""
 
     def __init__(self, layer):
         sa = layer.self_attn
         if getattr(sa, "bias_k", None) is not None or getattr(sa, "add_zero_attn", False):
             raise UnsupportedDecoderError("the lean decoder step does not support --add-bias-kv / --add-zero-attn")
-        self.sa, self.sa_ln = sa, layer.self_attn_layer_norm
-        self.ea, self.ea_ln = layer.encoder_attn, layer.encoder_attn_layer_norm
-        self.fc1, self.fc2, self.ffn_ln = layer.fc1, layer.fc2, layer.final_layer_norm
-        self.act = layer.activation_fn
-        self.pre = bool(layer.normalize_before)
         normformer = [n for n in ("attn_ln", "c_attn", "ffn_layernorm", "w_resid") if getattr(layer, n, None) is not None]
         if normformer:  # fairseq's translation transformer exposes no flag for them; its LM does
             raise UnsupportedDecoderError(f"the lean decoder step does not support NormFormer layers ({normformer[0]})")
+        self.layer = layer
+        self.act = layer.activation_fn
+        self.pre = bool(layer.normalize_before)
+        self.has_ea = layer.encoder_attn is not None
+        self._key = None
+        self.refresh()
+
+    def refresh(self):
+        layer = self.layer
+        sa = layer.self_attn
+        qkv = (sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight, sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias)
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in qkv)
+        if key != self._key:
+            self.qkv_w = torch.cat([t.detach() for t in qkv[:3]], 0)
+            self.qkv_b = torch.cat([t.detach() for t in qkv[3:]], 0)
+            self._key = key
+        self.sa_o = (sa.out_proj.weight, sa.out_proj.bias)
+        self.sa_ln = _norm(layer.self_attn_layer_norm)
+        if self.has_ea:
+            ea = layer.encoder_attn
+            self.ea_q, self.ea_o = (ea.q_proj.weight, ea.q_proj.bias), (ea.out_proj.weight, ea.out_proj.bias)
+            self.ea_k, self.ea_v = (ea.k_proj.weight, ea.k_proj.bias), (ea.v_proj.weight, ea.v_proj.bias)
+            self.ea_ln = _norm(layer.encoder_attn_layer_norm)
+        self.fc1, self.fc2 = (layer.fc1.weight, layer.fc1.bias), (layer.fc2.weight, layer.fc2.bias)
+        self.ffn_ln = _norm(layer.final_layer_norm)
+
+
+def _norm(ln):
+    return ln.normalized_shape, ln.weight, ln.bias, ln.eps
 
 
 def _ln(x: Tensor, norm) -> Tensor:
-    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    return F.layer_norm(x, norm[0], norm[1], norm[2], norm[3])
 
 
-def _linear(x: Tensor, lin) -> Tensor:
-    return F.linear(x, lin.weight, lin.bias)
+def _linear(x: Tensor, wb) -> Tensor:
+    return F.linear(x, wb[0], wb[1])
 
 
 class DecoderStep:
@@ -82,7 +109,12 @@ class DecoderStep:
         self.embed_slots = getattr(pos, "embed_slots", None)
         self.pos_offset = (pos.padding_idx + 1) if pos is not None and self.embed_slots is None else 0
         self._table: Optional[Tensor] = None  # sinusoidal rows on the model's device/dtype
+        self._embed_w = decoder.embed_tokens.weight
         self._masks: Dict[Tuple, Tensor] = {}
+        proj = getattr(decoder, "output_projection", None)
+        self._out_proj = proj if isinstance(proj, torch.nn.Linear) and proj.bias is None else None
+        self._out_t: Optional[Tensor] = None
+        self._out_key = None
 
     # ---- per batch ----
     def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None) -> KVCache:
@@ -91,6 +123,7 @@ class DecoderStep:
         enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
         pad = (encoder_out["encoder_padding_mask"][0]
                if encoder_out and len(encoder_out.get("encoder_padding_mask", [])) else None)
+        self._refresh()
         weight = self.decoder.embed_tokens.weight
         H, dh = self.heads, self.head_dim
         enc_k: List[Tensor] = []
@@ -99,10 +132,10 @@ class DecoderStep:
             S, B = enc.size(0), enc.size(1)
             x = enc.transpose(0, 1)  # (B, S, C)
             for lw in self.layers:
-                if lw.ea is None:
+                if not lw.has_ea:
                     continue
-                enc_k.append(_linear(x, lw.ea.k_proj).view(B, S, H, dh).transpose(1, 2))
-                enc_v.append(_linear(x, lw.ea.v_proj).view(B, S, H, dh).transpose(1, 2))
+                enc_k.append(_linear(x, lw.ea_k).view(B, S, H, dh).transpose(1, 2))
+                enc_v.append(_linear(x, lw.ea_v).view(B, S, H, dh).transpose(1, 2))
         else:
             B = batch_size
         enc_mask = None
@@ -120,18 +153,27 @@ class DecoderStep:
         if pos is None:
             return None
         index = slots + self.pos_offset
-        if hasattr(pos, "weights"):  # sinusoidal: fairseq's precomputed table
-            table = self._table
-            if table is None or table.device != like.device or table.dtype != like.dtype or table.size(0) <= int(index.max()):
-                if pos.weights.size(0) <= int(index.max()):
-                    pos.weights = pos.get_embedding(int(index.max()) + 1, pos.embedding_dim, pos.padding_idx)
-                table = self._table = pos.weights.to(device=like.device, dtype=like.dtype)
-            return F.embedding(index, table)
+        if self._table is not None:  # sinusoidal: fairseq's precomputed table (prepared by begin)
+            return F.embedding(index, self._table)
         return F.embedding(index, pos.weight)  # learned (the padding row is never indexed)
+
+    def _refresh(self):
+        """Once per batch: re-read the weights (dtype/device may have changed) and prepare the
+        sinusoidal table for every position the decoder accepts (no per-call size check)."""
+        for lw in self.layers:
+            lw.refresh()
+        pos = self.decoder.embed_positions
+        if self.embed_slots is None and pos is not None and hasattr(pos, "weights"):
+            weight = self.decoder.embed_tokens.weight
+            rows = self.decoder.max_positions() + self.pos_offset + 1
+            if pos.weights.size(0) < rows:
+                pos.weights = pos.get_embedding(rows, pos.embedding_dim, pos.padding_idx)
+            if self._table is None or self._table.device != weight.device or self._table.dtype != weight.dtype:
+                self._table = pos.weights.to(device=weight.device, dtype=weight.dtype)
 
     def embed(self, tokens: Tensor, slots: Tensor) -> Tensor:
         dec = self.decoder
-        x = dec.embed_scale * dec.embed_tokens(tokens)
+        x = dec.embed_scale * F.embedding(tokens, self._embed_w)
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
         positions = self._positions(slots, x)
@@ -194,30 +236,41 @@ class DecoderStep:
         e = 0
         for i, lw in enumerate(self.layers):
             x = self._layer(i, e, lw, x, ctx)
-            e += lw.ea is not None
+            e += lw.has_ea
         dec = self.decoder
         if dec.layer_norm is not None:
             x = dec.layer_norm(x)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
-        return dec.output_layer(x), x
+        return self.output_layer(x), x
+
+    def output_layer(self, x: Tensor) -> Tensor:
+        """The output projection.  x @ W^T with W (V, d) as stored is a transposed GEMV that reads the
+        largest matrix of a small model in the slowest pattern (2.3x slower on CPU than the same
+        product from W^T stored contiguously, d=128 V=8K); so the step keeps W^T, the one tensor it
+        derives from the weights, refreshed whenever W changes (dtype, device or in-place update)."""
+        proj = self._out_proj
+        if proj is None:
+            return self.decoder.output_layer(x)
+        w = proj.weight
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if key != self._out_key:
+            self._out_t, self._out_key = w.detach().t().contiguous(), key
+        return x @ self._out_t
 
     def _layer(self, i: int, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
         """fairseq's TransformerDecoderLayerBase.forward in inference mode (``e``: encoder-attention index)."""
         x = self._self_attention(i, lw, x, ctx)
         enc_side = ctx[3]
-        if lw.ea is not None and enc_side is not None and enc_side.enc_k:
+        if lw.has_ea and enc_side is not None and enc_side.enc_k:
             x = self._encoder_attention(e, lw, x, ctx)
         return self._feed_forward(lw, x)
 
     def _self_attention(self, i: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
         cache, mask, scatter, _, B, m = ctx
-        H, dh = self.heads, self.head_dim
         residual = x
         h = _ln(x, lw.sa_ln) if lw.pre else x
-        q = _linear(h, lw.sa.q_proj).view(B, m, H, dh).transpose(1, 2)
-        k = _linear(h, lw.sa.k_proj).view(B, m, H, dh).transpose(1, 2)
-        v = _linear(h, lw.sa.v_proj).view(B, m, H, dh).transpose(1, 2)
+        q, k, v = F.linear(h, lw.qkv_w, lw.qkv_b).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if cache is not None:  # write the new keys/values at each row's length, attend to the used columns
             kb, vb = cache.k[i], cache.v[i]
             past = cache.max_length
@@ -229,16 +282,16 @@ class DecoderStep:
                 vb.scatter_(2, scatter, v)
             k, v = kb[:, :, : past + m], vb[:, :, : past + m]
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, m, -1)
-        x = residual + _linear(a, lw.sa.out_proj)
+        x = residual + _linear(a, lw.sa_o)
         return x if lw.pre else _ln(x, lw.sa_ln)
 
     def _encoder_attention(self, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
         _, _, _, enc_side, B, m = ctx
         residual = x
         h = _ln(x, lw.ea_ln) if lw.pre else x
-        q = _linear(h, lw.ea.q_proj).view(B, m, self.heads, self.head_dim).transpose(1, 2)
+        q = _linear(h, lw.ea_q).view(B, m, self.heads, self.head_dim).transpose(1, 2)
         a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_side.enc_mask)
-        x = residual + _linear(a.transpose(1, 2).reshape(B, m, -1), lw.ea.out_proj)
+        x = residual + _linear(a.transpose(1, 2).reshape(B, m, -1), lw.ea_o)
         return x if lw.pre else _ln(x, lw.ea_ln)
 
     def _feed_forward(self, lw: _LayerWeights, x: Tensor) -> Tensor:

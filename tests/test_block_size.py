@@ -1,0 +1,74 @@
+"""The draft-width policy (fairseq_plugins/decoding/block_size.py): widths follow what the drafts
+achieve, a batch whose drafts never pay takes plain steps and probes now and then, and the fixed
+policy is the papers' setting."""
+from fairseq_plugins.decoding.block_size import (MAX_PROBE, PROBE, AdaptiveBlock, FixedBlock, draft_lengths,
+                                                 slot_threshold)
+
+
+def test_fixed_block_always_allows_k():
+    policy = FixedBlock()
+    policy.begin(4, 5)
+    policy.update([5, 5, 5, 5], [0, 0, 0, 0])
+    assert policy.width() == 5
+
+
+def test_threshold_grows_with_the_batch():
+    assert slot_threshold(1) == 0.3 and slot_threshold(32) == 0.6 and slot_threshold(64) == 0.6
+    assert slot_threshold(1) < slot_threshold(8) < slot_threshold(32)
+
+
+def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
+    policy = AdaptiveBlock()
+    policy.begin(2, 6)
+    for _ in range(8):
+        policy.update([6, 6], [6, 6])  # every draft token accepted: p -> 1
+    assert policy.width() == 6
+
+
+def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
+    policy = AdaptiveBlock()
+    policy.begin(32, 4)
+    policy.update([4] * 32, [0] * 32)
+    policy.update([4] * 32, [0] * 32)
+    widths = []
+    for _ in range(PROBE + 2 * PROBE + 1):
+        w = policy.width()
+        widths.append(w)
+        policy.update([w] * 32, [0] * 32)  # nothing accepted, also when probing
+    probes = [i for i, w in enumerate(widths) if w]
+    assert all(w in (0, 1) for w in widths)
+    assert probes[:2] == [PROBE - 1, PROBE - 1 + 2 * PROBE]  # the gap doubled after a probe that did not pay
+    for _ in range(10 * MAX_PROBE):
+        w = policy.width()
+        policy.update([w] * 32, [0] * 32)
+    assert policy.gap == MAX_PROBE  # the gap stops doubling
+
+
+def test_a_probe_that_pays_restores_drafting():
+    policy = AdaptiveBlock()
+    policy.begin(1, 4)
+    for _ in range(4):
+        policy.update([4], [0])
+    while policy.width() == 0:
+        policy.update([0], [0])
+    for _ in range(3):
+        policy.update([1], [1])  # the probe's draft token was accepted
+    assert policy.width() >= 2
+
+
+def test_rows_leave_with_their_estimates():
+    policy = AdaptiveBlock()
+    policy.begin(3, 4)
+    policy.update([4, 4, 4], [4, 0, 4])
+    before = list(policy.p)
+    policy.select_rows([0, 2])
+    assert policy.p == [before[0], before[2]]
+
+
+def test_draft_lengths_count_leading_non_pad_tokens():
+    import torch
+
+    pad = 1
+    draft = torch.tensor([[5, 6, 1, 7], [1, 5, 5, 5], [4, 4, 4, 4]])
+    assert draft_lengths(draft, pad).tolist() == [2, 0, 4]
+    assert draft_lengths(draft[:, :0], pad).tolist() == [0, 0, 0]
