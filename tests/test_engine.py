@@ -226,7 +226,7 @@ def test_beam_larger_than_one_with_a_drafter_is_a_clear_error(setup):
         engine(models, task, "jacobi_hgj", beam=5)
 
 
-@pytest.mark.parametrize("drafter", ["blockwise", "nar"])
+@pytest.mark.parametrize("drafter", ["blockwise"])
 def test_unavailable_drafters_are_a_clear_error(setup, drafter):
     from fairseq_plugins.decoding.drafters import DrafterNotAvailableError
 

@@ -18,7 +18,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 ORDERS = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
 DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
-ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp")
+ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp", "all")
 
 
 class FastTranslationOptionError(ValueError):
@@ -44,7 +44,8 @@ class FastTranslationConfig(TranslationConfig):
     drafter: Optional[str] = field(
         default=None, metadata={"help": "draft-and-verify drafter: " + ", ".join(DRAFTERS) +
                                 " ('none' = greedy through the engine); unset = fairseq's own generator"})
-    acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ", ".join(ACCEPTANCES)})
+    acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ", ".join(ACCEPTANCES) +
+                                                       " ('all' = the drafter alone, no verification, not lossless)"})
     block_size: int = field(default=5, metadata={"help": "k, draft tokens verified per model call"})
     acceptance_topk: int = field(default=2, metadata={"help": "topk acceptance: accept a draft token in the "
                                                       "verifier's top-N (Stern 5.1)"})
@@ -55,7 +56,8 @@ class FastTranslationConfig(TranslationConfig):
     jacobi_length: str = field(
         default="max", metadata={"help": "PJ/PGJ target length: 'max' (max_len_a*src+max_len_b, no oracle) "
                                  "or 'greedy_oracle' (taken from a greedy pre-run, reported and timed as such)"})
-    drafter_path: Optional[str] = field(default=None, metadata={"help": "checkpoint of a drafter model (GAD)"})
+    drafter_path: Optional[str] = field(
+        default=None, metadata={"help": "checkpoint of a drafter model (GAD: fairseq-train --task nar_drafter)"})
 
 
 @register_task("fast_translation", dataclass=FastTranslationConfig)

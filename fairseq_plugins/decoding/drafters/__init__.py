@@ -53,6 +53,7 @@ class StepResult:
 class Drafter:
     name = "base"
     needs_target_length = False
+    standalone = False  # True: proposes without the verifier's feedback, so it can decode alone (--acceptance all)
 
     def begin(self, ctx: DraftContext) -> None:
         self.ctx = ctx
@@ -96,6 +97,12 @@ def _jacobi(cfg, task, models):
     return JacobiDrafter.from_config(cfg)
 
 
+def _nar(cfg, task, models):
+    from fairseq_plugins.decoding.drafters.nar import NARDrafter
+
+    return NARDrafter.from_config(cfg, task, models)
+
+
 def _input_copy(cfg, task, models):
     from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
 
@@ -110,7 +117,7 @@ DRAFTERS = {
     "jacobi_hgj": _jacobi,
     "input_copy": _input_copy,
     "blockwise": _unavailable("a model with blockwise heads (Stern §6)"),
-    "nar": _unavailable("a NAR drafter checkpoint passed with --drafter-path (GAD §3.2.1)"),
+    "nar": _nar,
 }
 
 
