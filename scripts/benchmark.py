@@ -11,7 +11,9 @@ arguments, so the benchmark measures exactly what a user runs::
     {"method": "CTranslate2 greedy", "model": "baseline", "backend": "ctranslate2"}
 
 ``model`` names ``<checkpoints>/<model>/checkpoint_best.pt`` (or give ``path``); ``corpus`` replaces
-the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``).  For every row x beam x batch size
+the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``);
+in ``args``, ``{CKPT}`` stands for the checkpoints root and ``{DATA}`` for the data root (a GAD row's
+``--drafter-path {CKPT}/gad_drafter/checkpoint_best.pt``; ``--skip-missing`` skips it while untrained).  For every row x beam x batch size
 the harness loads the model once (loading is never timed), decodes the whole test set once for
 BLEU (sacreBLEU on detokenised output, against the raw reference file) and the
 identical-to-greedy fraction, then times a warm-up and ``--runs`` passes over the sentences with
@@ -290,6 +292,18 @@ def checkpoint_of(row, checkpoints):
     return path
 
 
+def row_args(row, checkpoints, data):
+    """The row's fairseq-generate arguments with ``{CKPT}`` -> the checkpoints root and ``{DATA}`` ->
+    the data root (the folder holding the corpus folders), e.g. ``--drafter-path {CKPT}/gad_drafter/...``."""
+    return row.get("args", "").replace("{CKPT}", str(checkpoints)).replace("{DATA}", str(Path(data).parent))
+
+
+def _extra_checkpoints(args):
+    """Checkpoints a row's arguments name besides ``--path`` (a drafter's)."""
+    words = shlex.split(args)
+    return [Path(words[i + 1]) for i, w in enumerate(words[:-1]) if w == "--drafter-path"]
+
+
 def time_runs(runner, batches, runs, warmup=1):
     """Warm-up then ``runs`` timed passes over ``batches``; returns the list of pass times."""
     for _ in range(warmup):
@@ -351,8 +365,8 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         if backend == "ctranslate2":
             runner = CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences)
         else:
-            runner = FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len,
-                                   timed_sentences)
+            runner = FairseqRunner(corpus, ckpt, row_args(row, checkpoints, data), beam, bs, device, fp16, threads,
+                                   max_len, timed_sentences)
         timed = runner.timed_batches
         full = quality_batch_size is None or bs == quality_batch_size
         # the quality pass: all sentences (none dropped), or the timed ones when reused from qbs
@@ -494,7 +508,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = json.loads(Path(args.rows).read_text())
     if args.skip_missing:
-        missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints)]
+        missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints, args.data)]
         for r in missing:
             print(f"[bench] skipping '{r['method']}': checkpoint of '{r.get('model', r.get('path'))}' not trained")
         rows = [r for r in rows if r not in missing]
@@ -511,12 +525,12 @@ def main(argv=None):
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
 
 
-def _checkpoint_exists(row, checkpoints):
+def _checkpoint_exists(row, checkpoints, data):
     try:
         checkpoint_of(row, checkpoints)
-        return True
     except BenchmarkError:
         return False
+    return all(p.exists() for p in _extra_checkpoints(row_args(row, checkpoints, data)))
 
 
 def _cuda():

@@ -96,3 +96,17 @@ def test_quality_batch_size_reuses_one_full_pass_and_checks_lossless_rows(tiny_c
         assert r["identical_to_greedy"] == 1.0 and r["identical_sentences"] == compared
         assert r["mean_accepted"] == 1.0  # no drafter: one token per row and call
     assert by[("fairseq greedy", 1)]["bleu"] == by[("fairseq greedy", 8)]["bleu"]
+
+
+def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
+    ckpts, data = tmp_path / "ckpt", tmp_path / "data" / "en-de"
+    (ckpts / "baseline").mkdir(parents=True)
+    (ckpts / "baseline" / "checkpoint_best.pt").write_bytes(b"")
+    row = {"method": "GAD", "model": "baseline",
+           "args": "--drafter nar --drafter-path {CKPT}/gad_drafter/checkpoint_best.pt --x {DATA}/en-de-kd"}
+    args = benchmark.row_args(row, ckpts, data)
+    assert args == f"--drafter nar --drafter-path {ckpts}/gad_drafter/checkpoint_best.pt --x {tmp_path / 'data'}/en-de-kd"
+    assert not benchmark._checkpoint_exists(row, ckpts, data)  # the drafter is not trained yet: skipped
+    (ckpts / "gad_drafter").mkdir()
+    (ckpts / "gad_drafter" / "checkpoint_best.pt").write_bytes(b"")
+    assert benchmark._checkpoint_exists(row, ckpts, data)
