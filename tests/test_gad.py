@@ -302,3 +302,32 @@ def test_fairseq_generate_with_gad_prints_the_greedy_hypotheses(tiny_corpus, tin
     plain = _h_lines(run(base).stdout)
     fast = _h_lines(run(base + ["--drafter", "nar", "--drafter-path", str(gad_drafter), "--block-size", "3"]).stdout)
     assert len(plain) == 120 and fast == plain
+
+
+def test_cached_encoder_attention_gives_the_training_forward(setup, oracle_drafter):
+    """Decoding reuses the encoder-attention keys/values across calls (and rows leaving); the
+    logits must be those of the plain forward pass the drafter was trained with."""
+    from fairseq_plugins.data.nar_drafter_batch import block_input
+    from fairseq_plugins.decoding.drafters import DraftContext
+
+    models, task, batches, _ = setup
+    gen = gad(models, task, oracle_drafter, block_size=BLOCK)
+    d = gen.drafter
+    sample = batches[8][0]
+    net = sample["net_input"]
+    d.begin(DraftContext(net["src_tokens"], net["src_lengths"], 50, 60, None, BOS, EOS, PAD))
+    g = torch.Generator().manual_seed(1)
+    out = torch.randint(4, 500, (8, 60), generator=g)
+    out[:, 0] = BOS
+    with torch.no_grad():
+        for n_gen, rows in ((torch.tensor([0, 3, 7, 1, 0, 12, 5, 2]), None), (torch.tensor([4, 9, 2]), [1, 5, 6])):
+            if rows is not None:
+                d.select_rows(torch.tensor(rows))
+            o = out if rows is None else out[rows]
+            src = {k: v if rows is None else v[rows] for k, v in net.items()}
+            inp = block_input(o, n_gen, d.k, PAD, d.mask)
+            enc = d.model.encoder(src["src_tokens"], src_lengths=src["src_lengths"])
+            plain = d.model.decoder(inp, encoder_out=enc, block=d.k)[0]
+            cached = d.model.decoder(inp, encoder_out=d.encoder_out, block=d.k, cross_cache=d.cross_cache)[0]
+            assert torch.allclose(plain, cached, atol=1e-5)
+            assert d.propose(o, n_gen).tolist() == plain[:, :BLOCK, : d.vocab].argmax(-1).tolist()

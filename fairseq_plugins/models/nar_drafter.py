@@ -16,21 +16,51 @@ from fairseq.models.transformer.transformer_legacy import transformer_vaswani_wm
 
 
 class NARDrafterDecoder(TransformerDecoder):
-    """fairseq's decoder run over the whole input at once without the causal mask (§3.2.1)."""
+    """fairseq's decoder run over the whole input at once without the causal mask (§3.2.1).
+
+    ``features`` is the one forward path, for training and decoding.  With ``cross_cache`` (a
+    fairseq incremental-state dict kept by the caller for one batch of sources) the encoder-attention
+    keys/values are computed on the first call and reused afterwards: the source does not change
+    between drafting iterations.  The self-attention buffers in it are emptied before every call, so
+    each call attends over exactly its own input (no prefix cache; see the drafter's notes)."""
+
+    def features(self, tokens, encoder_out, cross_cache=None):
+        enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
+        enc_pad = (encoder_out["encoder_padding_mask"][0]
+                   if encoder_out and len(encoder_out["encoder_padding_mask"]) else None)
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(tokens)  # counted from the first non-pad token (left padding)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x).transpose(0, 1)
+        pad_mask = tokens.eq(self.padding_idx)  # PAD keys masked; no future mask: bidirectional
+        for layer in self.layers:
+            if cross_cache is not None:
+                layer.self_attn._set_input_buffer(cross_cache, {})
+            x, _, _ = layer(x, enc, enc_pad, cross_cache, self_attn_mask=None, self_attn_padding_mask=pad_mask)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
                 full_context_alignment=True, alignment_layer=None, alignment_heads=None, src_lengths=None,
-                return_all_hiddens=False, block=None):
+                return_all_hiddens=False, block=None, cross_cache=None):
         if incremental_state is not None:
             raise ValueError("the NAR drafter has no incremental decoding: it reads prefix + masks in one pass")
-        # full_context_alignment=True is fairseq's switch for "no future mask": bidirectional attention;
-        # padded positions are masked as keys (self_attn_padding_mask from PAD tokens)
-        x, extra = self.extract_features(prev_output_tokens, encoder_out, None, full_context_alignment=True)
+        x = self.features(prev_output_tokens, encoder_out, cross_cache)
         if block is not None:
             x = x[:, -block:]
         if not features_only:
             x = self.output_layer(x)
-        return x, extra
+        return x, {"attn": [None], "inner_states": None}
 
 
 @register_model("nar_drafter")

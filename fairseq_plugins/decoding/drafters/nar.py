@@ -13,8 +13,9 @@ Choices:
   ``K <= k`` of them (``--block-size``), so its input looks as in training whatever ``K`` is;
 * PAD and [MASK] are never proposed (their logits are dropped before the argmax); tokens after an
   EOS in the draft are left to the engine, which cuts at EOS;
-* no prefix cache: the prefix attends to the masks (bidirectional), so its states change with
-  every new block; what a cache could save at most is measured in the project's GAD notes.
+* the encoder-attention keys/values are computed once per batch (first call) and reused; there is
+  no prefix cache: the prefix attends to the masks (bidirectional), so its states change with
+  every new block (what a cache could save at most is measured in docs/RESULTS.md, GAD section).
 
 The drafter runs on the verifier's device and in its dtype (fp16 on GPU with ``--fp16``).
 """
@@ -25,6 +26,7 @@ from torch import Tensor
 
 from fairseq_plugins.data.mask_dictionary import check_aligned
 from fairseq_plugins.data.nar_drafter_batch import block_input
+from fairseq_plugins.decoding.cache import DecoderKVCache
 from fairseq_plugins.decoding.drafters import Drafter, DrafterNotAvailableError
 
 
@@ -126,12 +128,15 @@ class NARDrafter(Drafter):
         self._follow_verifier(ctx.src_tokens)
         self.encoder_out = self.model.encoder.forward_torchscript(
             {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths})
+        self.cross_cache = {}  # encoder-attention keys/values: computed by the first call, then reused
+        self._cache_rows = DecoderKVCache(self.model.decoder, self.cross_cache)
 
     def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
         inp = block_input(out, n_gen, self.k, self.pad, self.mask)
         if inp.size(1) > self.max_positions:  # past the drafter's positions: no draft (plain greedy steps)
             return n_gen.new_full((n_gen.size(0), self.block), self.pad)
-        logits = self.model.decoder(inp, encoder_out=self.encoder_out, block=self.k)[0][:, : self.block, : self.vocab]
+        logits = self.model.decoder(inp, encoder_out=self.encoder_out, block=self.k,
+                                    cross_cache=self.cross_cache)[0][:, : self.block, : self.vocab]
         logits[:, :, self.pad] = -torch.inf
         if self.min_len > 0:  # fairseq's min_len: no EOS at steps < min_len (step of slot i = n_gen + i)
             steps = n_gen.unsqueeze(1) + torch.arange(self.block, device=n_gen.device)
@@ -145,3 +150,4 @@ class NARDrafter(Drafter):
 
     def select_rows(self, rows):
         self.encoder_out = self.model.encoder.reorder_encoder_out(self.encoder_out, rows)
+        self._cache_rows.select_rows(rows)
