@@ -248,6 +248,16 @@ def test_verifier_checkpoint_as_drafter_is_a_clear_error(setup, tiny_model):
         gad(models, task, tiny_model)
 
 
+def test_drafter_passed_as_verifier_is_a_clear_error(setup, gad_drafter):
+    from fairseq import checkpoint_utils
+
+    from fairseq_plugins.tasks.fast_translation import FastTranslationOptionError
+
+    _, task, _, _ = setup
+    with pytest.raises(FastTranslationOptionError, match="is a NAR drafter .*pass it as --drafter-path"):
+        checkpoint_utils.load_model_ensemble([str(gad_drafter)], task=task)
+
+
 def test_drafter_with_another_dictionary_is_a_clear_error(setup, gad_drafter, tmp_path):
     from fairseq_plugins.data.mask_dictionary import DictionaryMismatchError
 

@@ -67,6 +67,8 @@ class NARDrafterDecoder(TransformerDecoder):
 class NARDrafterModel(TransformerModel):
     """GAD's NAR drafter: prefix + k [MASK] -> the next k tokens (train with ``--task nar_drafter``)."""
 
+    is_nar_drafter = True  # fast_translation refuses it as --path (it is a --drafter-path)
+
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         return NARDrafterDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))

@@ -86,6 +86,10 @@ class FastTranslationTask(TranslationTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint=from_checkpoint)
+        if getattr(model, "is_nar_drafter", False):
+            raise FastTranslationOptionError(
+                "this checkpoint is a NAR drafter (--task nar_drafter), not a translation model: pass it as "
+                "--drafter-path with --drafter nar and the verifier as --path (--acceptance all: the drafter alone)")
         check_model_matches_task(model, self.cfg)
         return model
 

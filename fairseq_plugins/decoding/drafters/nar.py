@@ -53,7 +53,10 @@ def load_drafter(path, task):
             "--criterion nar_drafter_loss --block-size K)")
     if not os.path.isfile(path):
         raise NARDrafterError(f"--drafter-path {path}: no such file")
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    except Exception as err:  # not a torch/fairseq file at all
+        raise NARDrafterError(f"--drafter-path {path} cannot be read as a fairseq checkpoint ({err})") from None
     cfg = state.get("cfg")
     record = (state.get("task_state") or {}).get(STATE_KEY)
     if record is None or cfg is None:
@@ -67,6 +70,10 @@ def load_drafter(path, task):
             "fairseq-train --task nar_drafter --arch nar_drafter_tiny/base/big --criterion nar_drafter_loss "
             "as --drafter-path")
     src_lang, tgt_lang = record.get("langs", [None, None])
+    if (src_lang, tgt_lang) != (task.cfg.source_lang, task.cfg.target_lang):
+        raise NARDrafterError(
+            f"--drafter-path {path} drafts {src_lang}->{tgt_lang} but the verifier translates "
+            f"{task.cfg.source_lang}->{task.cfg.target_lang}; train the drafter on the verifier's language pair")
     drafter_data = record.get("data", "?")
     for side, theirs, ours, lang, our_lang in (
             ("source", record["source_symbols"], task.source_dictionary, src_lang, task.cfg.source_lang),
