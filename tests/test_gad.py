@@ -13,7 +13,6 @@ Two drafters are trained through fairseq-train (cached like the other fixtures):
 import copy
 import hashlib
 import sys
-from pathlib import Path
 
 import pytest
 import torch

@@ -19,8 +19,8 @@ from typing import Optional
 
 import torch
 from fairseq.tasks import register_task
-from omegaconf import II
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
 
 from fairseq_plugins.data.mask_dictionary import MASK_SYMBOL, with_mask
 from fairseq_plugins.data.nar_drafter_batch import drafter_sample
