@@ -13,6 +13,8 @@ what a user runs::
 
 ``model`` names ``<checkpoints>/<model>/checkpoint_best.pt`` (or give ``path``); ``corpus`` replaces
 the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``).
+In ``args``, ``{CKPT}`` stands for the checkpoints root and ``{DATA}`` for the data root (a GAD row's
+``--drafter-path {CKPT}/gad_drafter/checkpoint_best.pt``; ``--skip-missing`` skips it while untrained).
 Optional: ``family`` (the plot's marker: anchors, orders, draft-and-verify, non-autoregressive;
 default from the row, see :func:`family_of`), ``"vs_beam5": true`` (the row must get
 ``ratio_vs_beam5``: an error when no fairseq beam-5 baseline row runs).
@@ -382,6 +384,18 @@ def checkpoint_of(row, checkpoints):
     return path
 
 
+def row_args(row, checkpoints, data):
+    """The row's fairseq-generate arguments with ``{CKPT}`` -> the checkpoints root and ``{DATA}`` ->
+    the data root (the folder holding the corpus folders), e.g. ``--drafter-path {CKPT}/gad_drafter/...``."""
+    return row.get("args", "").replace("{CKPT}", str(checkpoints)).replace("{DATA}", str(Path(data).parent))
+
+
+def _extra_checkpoints(args):
+    """Checkpoints a row's arguments name besides ``--path`` (a drafter's)."""
+    words = shlex.split(args)
+    return [Path(words[i + 1]) for i, w in enumerate(words[:-1]) if w == "--drafter-path"]
+
+
 class FirstSentences:
     """A dataset view holding the sentences with id < n (the corpus split is in hash order, so a
     random sample of every length), batched in fairseq's length-sorted order: the timed set."""
@@ -551,10 +565,10 @@ def _check_plan(plan, data):
                                  "\"beams\" of the fairseq beam baseline row")
 
 
-def _load_runner(row, corpus, ckpt, beam, bs, device, fp16, threads, out, max_len, timed_sentences):
+def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, max_len, timed_sentences):
     if row.get("backend", "fairseq") == "ctranslate2":
         return CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences)
-    return FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, device, fp16, threads, max_len, timed_sentences)
+    return FairseqRunner(corpus, ckpt, args, beam, bs, device, fp16, threads, max_len, timed_sentences)
 
 
 def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, timed_sentences=0,
@@ -591,7 +605,8 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         backend = row.get("backend", "fairseq")
         baseline = bool(row.get("baseline"))
         log(f"[bench {n}/{len(plan)}] {row['method']} | beam {beam} | batch {bs}", flush=True)
-        runner = _load_runner(row, corpus, ckpt, beam, bs, device, fp16, threads, out, max_len, timed_sentences)
+        runner = _load_runner(row, corpus, ckpt, row_args(row, checkpoints, data), beam, bs, device, fp16, threads, out,
+                              max_len, timed_sentences)
         timed = runner.timed_batches
         full = quality_batch_size is None or bs == quality_batch_size
         # the quality pass: all sentences (none dropped), or the timed ones when reused from qbs
@@ -779,7 +794,7 @@ def main(argv=None):
     try:
         rows = load_rows(args.rows)
         if args.skip_missing:
-            missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints)]
+            missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints, args.data)]
             for r in missing:
                 print(f"[bench] skipping '{r['method']}': checkpoint of '{r.get('model', r.get('path'))}' not trained")
             rows = [r for r in rows if r not in missing]
@@ -796,12 +811,12 @@ def main(argv=None):
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
 
 
-def _checkpoint_exists(row, checkpoints):
+def _checkpoint_exists(row, checkpoints, data):
     try:
         checkpoint_of(row, checkpoints)
-        return True
     except BenchmarkError:
         return False
+    return all(p.exists() for p in _extra_checkpoints(row_args(row, checkpoints, data)))
 
 
 def _cuda():

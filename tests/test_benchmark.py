@@ -106,7 +106,7 @@ def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch):
     """run_benchmark over stub runners (``per_pass[(method, beam)]`` seconds per timed pass)."""
     clock, log, loads = FakeClock(), [], []
 
-    def load(row, corpus, ckpt, beam, bs, *args):
+    def load(row, corpus, ckpt, args, beam, bs, *rest):
         loads.append((row["method"], beam, bs))
         return StubRunner(row["method"], per_pass[(row["method"], beam)], clock, log)
 
@@ -346,3 +346,17 @@ def test_quality_batch_size_reuses_one_full_pass_and_checks_lossless_rows(tiny_c
     assert by[("engine greedy", 1)]["model_calls"] == by[("engine greedy", 1)]["timed_tokens"]
     assert by[("engine greedy", 1)]["model_calls_all"] == by[("engine greedy", 8)]["model_calls_all"]
     assert by[("fairseq greedy", 1)]["bleu"] == by[("fairseq greedy", 8)]["bleu"]
+
+
+def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
+    ckpts, data = tmp_path / "ckpt", tmp_path / "data" / "en-de"
+    (ckpts / "baseline").mkdir(parents=True)
+    (ckpts / "baseline" / "checkpoint_best.pt").write_bytes(b"")
+    row = {"method": "GAD", "model": "baseline",
+           "args": "--drafter nar --drafter-path {CKPT}/gad_drafter/checkpoint_best.pt --x {DATA}/en-de-kd"}
+    args = benchmark.row_args(row, ckpts, data)
+    assert args == f"--drafter nar --drafter-path {ckpts}/gad_drafter/checkpoint_best.pt --x {tmp_path / 'data'}/en-de-kd"
+    assert not benchmark._checkpoint_exists(row, ckpts, data)  # the drafter is not trained yet: skipped
+    (ckpts / "gad_drafter").mkdir()
+    (ckpts / "gad_drafter" / "checkpoint_best.pt").write_bytes(b"")
+    assert benchmark._checkpoint_exists(row, ckpts, data)

@@ -225,15 +225,6 @@ def test_beam_larger_than_one_with_a_drafter_is_a_clear_error(setup):
         engine(models, task, "jacobi_hgj", beam=5)
 
 
-@pytest.mark.parametrize("drafter", ["nar"])
-def test_unavailable_drafters_are_a_clear_error(setup, drafter):
-    from fairseq_plugins.decoding.drafters import DrafterNotAvailableError
-
-    models, task, _, _ = setup
-    with pytest.raises(DrafterNotAvailableError, match="not available yet: needs"):
-        engine(models, task, drafter)
-
-
 # ---- end to end ----
 
 def _h_lines(stdout):

@@ -4,6 +4,7 @@
 ``engine``      the draft-and-verify loop (one loop; drafters and acceptance rules plug in)
 ``verifier``    one incremental call of a stock fairseq transformer over k new tokens
 ``cache``       per-row KV-cache bookkeeping on fairseq's incremental state (cut back, drop rows)
-``acceptance``  exact / topk / min_block / gad_pp
-``drafters``    none, jacobi (PJ, PGJ, HGJ), input_copy (IAD); blockwise / nar later
+``acceptance``  exact / topk / min_block / gad_pp / all
+``drafters``    none, jacobi (PJ, PGJ, HGJ), input_copy (IAD), nar (GAD's drafter model); blockwise later
+``drafter_only``  the engine's generator with the drafter alone (``--acceptance all``, no verifier)
 """

@@ -107,6 +107,18 @@ class GADPlusPlus(AcceptanceRule):
         return prefix_length(ok)
 
 
+class AcceptAll(AcceptanceRule):
+    """Every admissible draft token is kept: the drafter alone (GAD Table 5/14 "NAR drafter" row).
+
+    Not lossless.  With ``--acceptance all`` the engine builds the drafter-alone generator
+    (``decoding.drafter_only``), which never calls the verifier; this rule is its definition."""
+
+    name = "all"
+
+    def __call__(self, draft, lprobs, top):
+        return prefix_length(torch.isfinite(draft_log_probs(draft, lprobs)))
+
+
 def build_acceptance(cfg) -> AcceptanceRule:
     name = cfg.acceptance
     if name == "exact":
@@ -117,4 +129,6 @@ def build_acceptance(cfg) -> AcceptanceRule:
         return MinBlock(cfg.min_block_size)
     if name == "gad_pp":
         return GADPlusPlus(cfg.gad_beta, cfg.gad_tau)
-    raise ValueError(f"--acceptance {name!r} is unknown; choose exact, topk, min_block or gad_pp")
+    if name == "all":
+        return AcceptAll()
+    raise ValueError(f"--acceptance {name!r} is unknown; choose exact, topk, min_block, gad_pp or all")

@@ -335,7 +335,10 @@ def build_draft_verify_generator(task, models, args):
         raise DraftVerifyOptionError("--drafter produces no alignments; drop --print-alignment")
     drafter = build_drafter(cfg, task, models)
     acceptance = build_acceptance(cfg)
-    return DraftVerifyGenerator(
+    generator_cls = DraftVerifyGenerator
+    if acceptance.name == "all":  # the drafter alone (GAD's "NAR drafter" row): no verification
+        from fairseq_plugins.decoding.drafter_only import DrafterOnlyGenerator as generator_cls
+    return generator_cls(
         models, task.target_dictionary, drafter, acceptance,
         max_len_a=_generation_option(args, "max_len_a", 0.0), max_len_b=_generation_option(args, "max_len_b", 200),
         min_len=_generation_option(args, "min_len", 1), unk_penalty=_generation_option(args, "unkpen", 0.0),

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 ORDERS = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
 DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
-ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp")
+ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp", "all")
 
 
 class FastTranslationOptionError(ValueError):
@@ -54,7 +54,8 @@ class FastTranslationConfig(TranslationConfig):
     drafter: Optional[str] = field(
         default=None, metadata={"help": "draft-and-verify drafter: " + ", ".join(DRAFTERS) +
                                 " ('none' = greedy through the engine); unset = fairseq's own generator"})
-    acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ", ".join(ACCEPTANCES)})
+    acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ", ".join(ACCEPTANCES) +
+                                                       " ('all' = the drafter alone, no verification, not lossless)"})
     block_size: Optional[int] = field(
         default=None, metadata={"help": "k, draft tokens verified per model call (blockwise: the block of k tokens, "
                                 "k-1 of them drafted by heads 2..k); unset: 5, blockwise: the checkpoint's K"})
@@ -67,7 +68,8 @@ class FastTranslationConfig(TranslationConfig):
     jacobi_length: str = field(
         default="max", metadata={"help": "PJ/PGJ target length: 'max' (max_len_a*src+max_len_b, no oracle) "
                                  "or 'greedy_oracle' (taken from a greedy pre-run, reported and timed as such)"})
-    drafter_path: Optional[str] = field(default=None, metadata={"help": "checkpoint of a drafter model (GAD)"})
+    drafter_path: Optional[str] = field(
+        default=None, metadata={"help": "checkpoint of a drafter model (GAD: fairseq-train --task nar_drafter)"})
     adaptive_block_size: str = field(
         default="auto", metadata={"help": "per-row draft length adapted to the row's recent acceptance: on, off, or "
                                   "auto (on for input_copy, jacobi_pgj, jacobi_hgj); exact acceptance stays lossless"})
@@ -106,6 +108,10 @@ class FastTranslationTask(TranslationTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint=from_checkpoint)
+        if getattr(model, "is_nar_drafter", False):
+            raise FastTranslationOptionError(
+                "this checkpoint is a NAR drafter (--task nar_drafter), not a translation model: pass it as "
+                "--drafter-path with --drafter nar and the verifier as --path (--acceptance all: the drafter alone)")
         if order_flags_given(self.cfg) or not from_checkpoint:  # decoding without flags: the checkpoint's order
             check_model_matches_task(model, self.cfg)
         if self.cfg.init_from_l2r and not from_checkpoint:

@@ -70,6 +70,7 @@ class Drafter:
     name = "base"
     needs_target_length = False
     adaptive_block = False  # default of --adaptive-block-size auto (block_size.AdaptiveBlock)
+    standalone = False  # True: proposes without the verifier's feedback, so it can decode alone (--acceptance all)
 
     def begin(self, ctx: DraftContext) -> None:
         self.ctx = ctx
@@ -107,14 +108,6 @@ class NoDraft(Drafter):
         return 0
 
 
-def _unavailable(what):
-    def factory(cfg, task, models):
-        raise DrafterNotAvailableError(
-            f"--drafter {cfg.drafter}: not available yet: needs {what}. Use --drafter none, jacobi_pj, "
-            "jacobi_pgj, jacobi_hgj, input_copy or blockwise meanwhile.")
-    return factory
-
-
 def _jacobi(cfg, task, models):
     from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
 
@@ -125,6 +118,12 @@ def _blockwise(cfg, task, models):
     from fairseq_plugins.decoding.drafters.blockwise import from_config
 
     return from_config(cfg, task, models)
+
+
+def _nar(cfg, task, models):
+    from fairseq_plugins.decoding.drafters.nar import NARDrafter
+
+    return NARDrafter.from_config(cfg, task, models)
 
 
 def _input_copy(cfg, task, models):
@@ -141,7 +140,7 @@ DRAFTERS = {
     "jacobi_hgj": _jacobi,
     "input_copy": _input_copy,
     "blockwise": _blockwise,
-    "nar": _unavailable("a NAR drafter checkpoint passed with --drafter-path (GAD §3.2.1)"),
+    "nar": _nar,
 }
 
 

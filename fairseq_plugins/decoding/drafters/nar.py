@@ -1,0 +1,166 @@
+"""GAD's NAR drafter in the engine (Xia et al., "Lossless Acceleration ... Aggressive Decoding",
+§3.2, Eq. 7; drafter §3.2.1): ``--drafter nar --drafter-path DRAFTER.pt --block-size K``.
+
+Per batch the drafter's encoder runs once (``begin``); per iteration its decoder runs once over
+every row's ``[BOS, accepted prefix, MASK x k]`` (rows of different prefix lengths left-padded,
+bidirectional attention with a key-padding mask: ``data.nar_drafter_batch``) and the argmax of
+the first ``K`` mask slots is the draft (GAD's draft substep, the Eq. above Eq. 7).  With
+``--acceptance exact`` the output is the verifier's greedy output (GAD); ``gad_pp`` is GAD++.
+
+Choices:
+
+* the decoder always reads the ``k`` masks the drafter was trained with and proposes the first
+  ``K <= k`` of them (``--block-size``), so its input looks as in training whatever ``K`` is;
+* PAD and [MASK] are never proposed (their logits are dropped before the argmax); tokens after an
+  EOS in the draft are left to the engine, which cuts at EOS;
+* the encoder-attention keys/values are computed once per batch (first call) and reused; there is
+  no prefix cache: the prefix attends to the masks (bidirectional), so its states change with
+  every new block (what a cache could save at most is measured in docs/RESULTS.md, GAD section).
+
+The drafter runs on the verifier's device and in its dtype (fp16 on GPU with ``--fp16``).
+"""
+import os
+
+import torch
+from torch import Tensor
+
+from fairseq_plugins.data.mask_dictionary import check_aligned
+from fairseq_plugins.data.nar_drafter_batch import block_input
+from fairseq_plugins.decoding.drafters import Drafter, DrafterNotAvailableError
+
+
+class NARDrafterError(ValueError):
+    """The drafter checkpoint cannot be used with this verifier/run; the message says why and how to fix it."""
+
+
+def _dict_path(data, lang) -> str:
+    return os.path.join(str(data or "").split(os.pathsep)[0], f"dict.{lang}.txt")
+
+
+def load_drafter(path, task):
+    """Load a ``--task nar_drafter`` checkpoint for the verifier ``task`` (checks kind and dictionaries).
+
+    Returns ``(model, trained_block_size)``; the model is in eval mode on the CPU in fp32."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_plugins.tasks.nar_drafter import STATE_KEY, NARDrafterTask
+
+    if not path:
+        raise DrafterNotAvailableError(
+            "--drafter nar needs a NAR drafter checkpoint: pass --drafter-path DRAFTER.pt (train one with "
+            "fairseq-train DATA --user-dir fairseq_plugins --task nar_drafter --arch nar_drafter_tiny "
+            "--criterion nar_drafter_loss --block-size K)")
+    if not os.path.isfile(path):
+        raise NARDrafterError(f"--drafter-path {path}: no such file")
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    except Exception as err:  # not a torch/fairseq file at all
+        raise NARDrafterError(f"--drafter-path {path} cannot be read as a fairseq checkpoint ({err})") from None
+    cfg = state.get("cfg")
+    record = (state.get("task_state") or {}).get(STATE_KEY)
+    if record is None or cfg is None:
+        task_cfg = cfg.get("task") if cfg is not None else None
+        model_cfg = cfg.get("model") if cfg is not None else None
+        task_name = getattr(task_cfg, "_name", None) or "?"
+        arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None) or "?"
+        raise NARDrafterError(
+            f"--drafter-path {path} is not a NAR drafter checkpoint (it was trained with --task {task_name} "
+            f"--arch {arch}: a verifier?). Pass the verifier with --path and a drafter trained with "
+            "fairseq-train --task nar_drafter --arch nar_drafter_tiny/base/big --criterion nar_drafter_loss "
+            "as --drafter-path")
+    src_lang, tgt_lang = record.get("langs", [None, None])
+    if (src_lang, tgt_lang) != (task.cfg.source_lang, task.cfg.target_lang):
+        raise NARDrafterError(
+            f"--drafter-path {path} drafts {src_lang}->{tgt_lang} but the verifier translates "
+            f"{task.cfg.source_lang}->{task.cfg.target_lang}; train the drafter on the verifier's language pair")
+    drafter_data = record.get("data", "?")
+    for side, theirs, ours, lang, our_lang in (
+            ("source", record["source_symbols"], task.source_dictionary, src_lang, task.cfg.source_lang),
+            ("target", record["target_symbols"], task.target_dictionary, tgt_lang, task.cfg.target_lang)):
+        check_aligned(theirs, list(ours.symbols), side, f"{path}, trained on {_dict_path(drafter_data, lang)}",
+                      _dict_path(task.cfg.data, our_lang))
+    model_cfg = cfg["model"]
+    drafter_task = NARDrafterTask(cfg["task"], task.source_dictionary, task.target_dictionary)  # appends [MASK]
+    model = drafter_task.build_model(model_cfg, from_checkpoint=True)
+    model.load_state_dict(state["model"], strict=True, model_cfg=model_cfg)
+    model.eval()
+    return model, int(record["block_size"])
+
+
+class NARDrafter(Drafter):
+    name = "nar"
+    standalone = True  # has its own model: can also decode alone (--acceptance all)
+
+    def __init__(self, model, block_size: int, trained_block: int, vocab_size: int, pad: int, verifier=None):
+        if block_size < 1:
+            raise ValueError(f"--block-size must be >= 1 (got {block_size})")
+        if block_size > trained_block:
+            raise NARDrafterError(
+                f"--block-size {block_size} exceeds the drafter's block size k={trained_block} (it predicts "
+                f"{trained_block} tokens per pass); decode with --block-size <= {trained_block} or train a drafter "
+                f"with --block-size {block_size}")
+        self.model = model
+        self.block = block_size
+        self.k = trained_block
+        self.vocab = vocab_size          # the verifier's: ids >= vocab ([MASK]) are never proposed
+        self.pad = pad
+        self.mask = vocab_size           # appended after every verifier symbol
+        self.verifier = verifier
+        self.max_positions = model.decoder.max_positions()
+        self.min_len = 0                 # EOS banned at steps < min_len (set by the drafter-alone generator)
+        self.keep_scores = False         # keep the draft's log-probs (drafter-alone hypotheses' scores)
+        self.draft_lprobs = None
+
+    @classmethod
+    def from_config(cls, cfg, task, models):
+        model, trained = load_drafter(cfg.drafter_path, task)
+        tgt = task.target_dictionary
+        block = trained if cfg.block_size is None else cfg.block_size  # unset --block-size: the drafter's own k
+        return cls(model, block, trained, len(tgt), tgt.pad(), verifier=models[0] if models else None)
+
+    def max_draft(self, max_len):
+        return self.block
+
+    def _follow_verifier(self, like: Tensor):
+        """Same device and dtype as the verifier (fairseq-generate moves it after loading)."""
+        ref = next(self.verifier.parameters()) if self.verifier is not None else None
+        device = ref.device if ref is not None else like.device
+        dtype = ref.dtype if ref is not None and ref.is_floating_point() else torch.float32
+        p = next(self.model.parameters())
+        if p.device != device or p.dtype != dtype:
+            self.model.to(device=device, dtype=dtype)
+
+    def begin(self, ctx):
+        super().begin(ctx)
+        self._follow_verifier(ctx.src_tokens)
+        self.encoder_out = self.model.encoder.forward_torchscript(
+            {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths})
+        self.cross_cache = {}  # encoder-attention keys/values: computed by the first call, then reused
+
+    def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
+        inp = block_input(out, n_gen, self.k, self.pad, self.mask)
+        if inp.size(1) > self.max_positions:  # past the drafter's positions: no draft (plain greedy steps)
+            return n_gen.new_full((n_gen.size(0), self.block), self.pad)
+        logits = self.model.decoder(inp, encoder_out=self.encoder_out, block=self.k,
+                                    cross_cache=self.cross_cache)[0][:, : self.block, : self.vocab]
+        logits[:, :, self.pad] = -torch.inf
+        if self.min_len > 0:  # fairseq's min_len: no EOS at steps < min_len (step of slot i = n_gen + i)
+            steps = n_gen.unsqueeze(1) + torch.arange(self.block, device=n_gen.device)
+            logits[:, :, self.ctx.eos].masked_fill_(steps < self.min_len, -torch.inf)
+        if self.keep_scores:
+            lprobs = torch.log_softmax(logits.float(), dim=-1)
+            top_lp, draft = lprobs.max(dim=-1)
+            self.draft_lprobs = top_lp
+            return draft
+        return logits.argmax(dim=-1)
+
+    def select_rows(self, rows):
+        self.encoder_out = self.model.encoder.reorder_encoder_out(self.encoder_out, rows)
+        for layer in self.model.decoder.layers:  # the cached encoder-attention keys/values follow the rows
+            attn = layer.encoder_attn
+            if attn is None:
+                continue
+            buf = attn._get_input_buffer(self.cross_cache)
+            if buf:
+                attn._set_input_buffer(self.cross_cache, {
+                    name: t.index_select(0, rows) if t is not None else None for name, t in buf.items()})
