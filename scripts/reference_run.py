@@ -6,9 +6,9 @@ trained models for the benchmark.  This is how docs/RESULTS.md's reference table
     python scripts/reference_run.py --models configs/reference/orders.txt --data work/demo/data \\
         --out work/reference --max-update 8000 --interval 500 --parallel 5
 
-Model list lines are ``NAME CONFIG CORPUS [extra fairseq-train args]`` (the format of
-configs/demo_models.txt); ``{CKPT}`` and ``{DATA}`` in a config's arguments are replaced by
-``OUT/checkpoints`` and the data root.  Every model trains with fairseq-train (``--fp16`` on a GPU,
+Model list lines are ``NAME CONFIG CORPUS [updates=F] [extra fairseq-train args]`` (the format of
+configs/demo_models.txt: ``updates=F`` trains F x ``--max-update``); ``{CKPT}`` and ``{DATA}`` in a
+config's arguments and in the extra ones are replaced by ``OUT/checkpoints`` and the data root.  Every model trains with fairseq-train (``--fp16`` on a GPU,
 ``--cpu`` otherwise), saving a checkpoint and validating every ``--interval`` updates; then each
 interval checkpoint decodes the ``--curve-subset`` split with the generator fairseq-generate would
 pick (the checkpoint's own order; ``--curve-beam``) and sacreBLEU scores it.  Trainings that stop
@@ -39,7 +39,10 @@ def read_models(path, names=None):
         if not line:
             continue
         name, config, corpus, *extra = line.split()
-        models.append({"name": name, "config": config, "corpus": corpus, "extra": extra})
+        scale = [float(w.split("=", 1)[1]) for w in extra if w.startswith("updates=")]  # as train_models.sh
+        extra = [w for w in extra if not w.startswith("updates=")]
+        models.append({"name": name, "config": config, "corpus": corpus, "extra": extra,
+                       "update_scale": scale[-1] if scale else 1.0})
     if names:
         known = {m["name"] for m in models}
         unknown = [n for n in names if n not in known]
@@ -63,16 +66,19 @@ def cuda_available():
 
 def train_command(model, args, gpu):
     save = Path(args.out) / "checkpoints" / model["name"]
+    ckpt_root, data_root = Path(args.out) / "checkpoints", Path(args.data).resolve()
+    extra = [w.replace("{CKPT}", str(ckpt_root)).replace("{DATA}", str(data_root)) for w in model["extra"]]
+    max_update = max(1, round(args.max_update * model.get("update_scale", 1.0)))
     cmd = [sys.executable, "-m", "fairseq_cli.train", str(Path(args.data) / model["corpus"] / "bin"),
            "--user-dir", str(PLUGIN_DIR)] + config_args(model["config"], Path(args.out) / "checkpoints", args.data)
-    cmd += ["--save-dir", str(save), "--max-update", str(args.max_update), "--save-interval-updates", str(args.interval),
+    cmd += ["--save-dir", str(save), "--max-update", str(max_update), "--save-interval-updates", str(args.interval),
             "--validate-interval-updates", str(args.interval), "--keep-interval-updates", "-1",
             "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "100", "--num-workers", "0",
             "--seed", str(args.seed)]
     if args.stop_minutes:
         cmd += ["--stop-time-hours", f"{args.stop_minutes / 60:.4f}"]
     cmd += ["--fp16"] if gpu else ["--cpu"]
-    return cmd + model["extra"] + args.train_args
+    return cmd + extra + args.train_args
 
 
 def run_parallel(jobs, parallel, label):
@@ -100,7 +106,7 @@ def run_parallel(jobs, parallel, label):
 
 
 def progress(log):
-    updates = re.findall(r"num_updates (\d+)", Path(log).read_text(errors="replace")) if Path(log).exists() else []
+    updates = re.findall(r"num_updates[ =](\d+)", Path(log).read_text(errors="replace")) if Path(log).exists() else []
     return f"{updates[-1]} updates" if updates else ""
 
 

@@ -340,3 +340,33 @@ def test_cached_encoder_attention_gives_the_training_forward(setup, oracle_draft
             cached = d.model.decoder(inp, encoder_out=d.encoder_out, block=d.k, cross_cache=d.cross_cache)[0]
             assert torch.allclose(plain, cached, atol=1e-5)
             assert d.propose(o, n_gen).tolist() == plain[:, :BLOCK, : d.vocab].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("decoder", [False, True])
+def test_init_from_the_verifier_copies_the_encoder_and_optionally_the_decoder(tiny_corpus, tiny_model, decoder):
+    import torch
+    from fairseq import checkpoint_utils, options, tasks
+
+    argv = [str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--block-size", str(BLOCK),
+            "--init-encoder-from", str(tiny_model)] + (["--init-decoder"] if decoder else []) + DRAFTER_ARGS
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    task = tasks.setup_task(args)
+    drafter = task.build_model(args).state_dict()
+    verifier = checkpoint_utils.load_checkpoint_to_cpu(str(tiny_model))["model"]
+    assert torch.equal(drafter["encoder.layers.0.fc1.weight"], verifier["encoder.layers.0.fc1.weight"])
+    emb = verifier["decoder.embed_tokens.weight"]
+    assert torch.equal(drafter["decoder.embed_tokens.weight"][: emb.size(0)], emb)  # + the [MASK] row
+    for name in ("decoder.layers.0.self_attn.k_proj.weight", "decoder.layers.1.encoder_attn.v_proj.weight",
+                 "decoder.layers.1.fc2.weight"):
+        assert torch.equal(drafter[name], verifier[name]) == decoder, name
+
+
+def test_init_decoder_without_a_verifier_is_a_clear_error(tiny_corpus):
+    from fairseq import options, tasks
+
+    from fairseq_plugins.tasks.nar_drafter import NARDrafterOptionError
+
+    argv = [str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--block-size", str(BLOCK), "--init-decoder"] + DRAFTER_ARGS
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    with pytest.raises(NARDrafterOptionError, match="--init-encoder-from"):
+        tasks.setup_task(args).build_model(args)

@@ -258,3 +258,34 @@ def test_cli_train_and_generate_interleave(tiny_corpus, tmp_path):
     ckpt = str(save / "checkpoint_last.pt")
     result = pmi.main([str(tiny_corpus / "bin"), "--model", ckpt, "--base", ckpt, "--cpu"])
     assert math.isfinite(result["model"]["ppl"]) and result["model"]["ppl"] > 1 and result["pmi"] == 0.0
+
+
+def _materialised_double_topk(scores, lprobs):
+    """DOUBLETOPK as first built: every (left candidate, right token) pair of the full vocabulary."""
+    n, W, _, V = lprobs.shape
+    left_lp, right_lp = lprobs[:, :, 0, :], lprobs[:, :, 1, :]
+    left_score, left_idx = (scores[:, :, None] + left_lp).view(n, W * V).topk(min(2 * W, W * V), dim=1)
+    left_beam, left_tok = torch.div(left_idx, V, rounding_mode="floor"), left_idx % V
+    right = left_score[..., None] + right_lp.gather(1, left_beam[..., None].expand(-1, -1, V))
+    cand_score, idx = right.view(n, -1).topk(min(3 * W, right[0].numel()), dim=1)
+    j = torch.div(idx, V, rounding_mode="floor")
+    beam, ltok, rtok = left_beam.gather(1, j), left_tok.gather(1, j), idx % V
+    return cand_score, beam, torch.stack([ltok, rtok], -1)
+
+
+@pytest.mark.parametrize("W,V", [(1, 7), (4, 50), (10, 30), (10, 2000), (3, 5)])
+def test_double_topk_without_the_pair_table_equals_the_materialised_one(W, V):
+    """Same candidates (scores, beams, tokens) as ranking all 2W x V pairs, including vocabularies
+    smaller than 3W and -inf log-probs (PAD, forbidden end markers)."""
+    gen = MultiTokenBeamSearch(get_order("head_tail"), dictionary(), beam_size=W, double_topk=True)
+    g = torch.Generator().manual_seed(W * 1000 + V)
+    for _ in range(5):
+        lprobs = torch.log_softmax(3 * torch.randn(6, W, 2, V, generator=g), dim=-1)
+        lprobs[..., 1] = -math.inf
+        scores = -5 * torch.rand(6, W, generator=g)
+        got_score, got_beam, got_tok, got_lp = gen._double_topk(scores, lprobs)
+        want_score, want_beam, want_tok = _materialised_double_topk(scores, lprobs)
+        assert torch.equal(got_score, want_score)
+        assert torch.equal(got_beam, want_beam) and torch.equal(got_tok, want_tok)
+        picked = lprobs.gather(1, got_beam[..., None, None].expand(-1, -1, 2, V)).gather(-1, got_tok[..., None])[..., 0]
+        assert torch.equal(got_lp, picked)

@@ -7,7 +7,8 @@ Each step the decoder scores z = h*c new slots of every hypothesis at once (one 
   added slot is exact: a group outside the top-B partial sums is beaten by B groups sharing its
   suffix), then the B*B candidates of the beam ranked by total score.
 * DOUBLETOPK (Imamura Alg. 1, h=2, c=1, ``--double-topk``): over the whole beam the top 2W left
-  tokens, then the top 3W (left, right) pairs, right tokens taken from the full vocabulary.
+  tokens, then the top 3W (left, right) pairs, right tokens taken from the full vocabulary (ranked
+  among each beam's top-3W right tokens: the same pairs, without a (n, 2W, V) table).
 * Stopping rule: a hypothesis ends at the first step whose group holds an end marker (EOS, which
   doubles as EOD); the group's tokens after the end marker (per segment) are dropped.  ``--min-len``
   forbids end markers that would leave fewer natural tokens (``_forbid_early_end``), as fairseq's
@@ -210,20 +211,27 @@ class MultiTokenBeamSearch:
         return cand_score, cand_beam, tok.reshape(n, B * B, z).gather(1, pick), lp.reshape(n, B * B, z).gather(1, pick)
 
     def _double_topk(self, scores, lprobs):
-        """Imamura & Sumita Alg. 1 DOUBLETOPK: top 2W left tokens over the beam, then top 3W pairs."""
+        """Imamura & Sumita Alg. 1 DOUBLETOPK: top 2W left tokens over the beam, then top 3W pairs.
+
+        Without the (n, 2W, V) pair table: a right token can only be among the best 3W pairs if it
+        is among the best 3W right tokens of its beam (the right log-probs depend on the beam only),
+        so each beam's top-3W right tokens are taken first and the 2W x 3W sums ranked (exact)."""
         n, W, _, V = lprobs.shape
         left_lp, right_lp = lprobs[:, :, 0, :], lprobs[:, :, 1, :]
         left_score, left_idx = (scores[:, :, None] + left_lp).view(n, W * V).topk(min(2 * W, W * V), dim=1)
         left_beam = torch.div(left_idx, V, rounding_mode="floor")
         left_tok = left_idx % V
-        right = left_score[..., None] + right_lp.gather(1, left_beam[..., None].expand(-1, -1, V))
-        cand_score, idx = right.view(n, -1).topk(min(3 * W, right[0].numel()), dim=1)
-        j = torch.div(idx, V, rounding_mode="floor")
-        right_tok = idx % V
+        R = min(3 * W, V)
+        r_lp, r_tok = right_lp.topk(R, dim=-1)  # (n, W, R)
+        pairs = left_score[..., None] + r_lp.gather(1, left_beam[..., None].expand(-1, -1, R))  # (n, 2W, R)
+        cand_score, idx = pairs.view(n, -1).topk(min(3 * W, pairs[0].numel()), dim=1)
+        j = torch.div(idx, R, rounding_mode="floor")
         beam = left_beam.gather(1, j)
         ltok = left_tok.gather(1, j)
+        at = beam * R + idx % R
+        right_tok = r_tok.reshape(n, W * R).gather(1, at)
+        rlp = r_lp.reshape(n, W * R).gather(1, at)
         llp = left_lp.reshape(n, W * V).gather(1, beam * V + ltok)
-        rlp = right_lp.reshape(n, W * V).gather(1, beam * V + right_tok)
         return cand_score, beam, torch.stack([ltok, right_tok], -1), torch.stack([llp, rlp], -1)
 
     def _forbid_early_end(self, lprobs, step):

@@ -41,6 +41,10 @@ class NARDrafterConfig(TranslationConfig):
     init_encoder_from: Optional[str] = field(
         default=None, metadata={"help": "checkpoint of the AR verifier: initialise the drafter's encoder and "
                                 "embeddings from it (GAD §3.2.1; same sizes and dictionaries needed)"})
+    init_decoder: bool = field(
+        default=False, metadata={"help": "with --init-encoder-from: also start the drafter's decoder layers from the "
+                                 "verifier's (only the causal mask goes; our choice, not in GAD: a warm start "
+                                 "that a short CPU training needs)"})
     seed: int = II("common.seed")
 
 
@@ -103,7 +107,10 @@ class NARDrafterTask(TranslationTask):
             raise NARDrafterOptionError(
                 f"--task nar_drafter trains --arch nar_drafter_tiny/base/big; got {type(model).__name__}")
         if self.cfg.init_encoder_from and not from_checkpoint:
-            init_encoder_from(model, self.cfg.init_encoder_from)
+            init_encoder_from(model, self.cfg.init_encoder_from, decoder=self.cfg.init_decoder)
+        elif self.cfg.init_decoder and not from_checkpoint:
+            raise NARDrafterOptionError("--init-decoder copies the verifier's decoder: give the verifier with "
+                                        "--init-encoder-from VERIFIER.pt")
         return model
 
     def build_generator(self, models, args, *unused, **kwargs):
@@ -113,8 +120,9 @@ class NARDrafterTask(TranslationTask):
             "(--acceptance all for the drafter alone)")
 
 
-def init_encoder_from(model, path):
-    """Copy the verifier's encoder (and token embeddings) into the drafter (GAD §3.2.1).
+def init_encoder_from(model, path, decoder=False):
+    """Copy the verifier's encoder (and token embeddings) into the drafter (GAD §3.2.1); with
+    ``decoder``, its decoder layers too (every decoder tensor the two models share by name and shape).
 
     The drafter's embedding matrices have one row more (the [MASK]); the verifier's rows are
     copied into the first ones, the mask row keeps its fresh initialisation."""
@@ -129,6 +137,9 @@ def init_encoder_from(model, path):
     copied, problems = [], []
     wanted = [n for n in ours if n.startswith("encoder.")]
     wanted += [n for n in ("decoder.embed_tokens.weight", "decoder.output_projection.weight") if n in ours]
+    if decoder:
+        wanted += [n for n in ours if n.startswith("decoder.") and n not in wanted and n in theirs
+                   and not n.endswith("_float_tensor")]
     for name in wanted:
         if name not in theirs:
             if name.startswith("encoder.") and not name.endswith("_float_tensor"):
@@ -151,4 +162,5 @@ def init_encoder_from(model, path):
             f"--init-encoder-from {path}: the verifier's encoder does not fit the drafter's "
             f"({'; '.join(problems[:5]) or 'no encoder weights found'}); give the drafter the verifier's encoder "
             "sizes (--encoder-embed-dim/-layers/-ffn-embed-dim/-attention-heads) and train it on the verifier's corpus")
-    logger.info(f"initialised {len(copied)} encoder/embedding tensors of the drafter from {path}")
+    logger.info(f"initialised {len(copied)} encoder/{'decoder/' if decoder else ''}embedding tensors of the drafter "
+                f"from {path}")
