@@ -20,6 +20,7 @@ def test_threshold_grows_with_the_batch():
 def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
     policy = AdaptiveBlock()
     policy.begin(2, 6)
+    assert policy.width() == 1  # the cautious prior: one slot at batch 2
     for _ in range(8):
         policy.update([6, 6], [6, 6])  # every draft token accepted: p -> 1
     assert policy.width() == 6
@@ -72,3 +73,39 @@ def test_draft_lengths_count_leading_non_pad_tokens():
     draft = torch.tensor([[5, 6, 1, 7], [1, 5, 5, 5], [4, 4, 4, 4]])
     assert draft_lengths(draft, pad).tolist() == [2, 0, 4]
     assert draft_lengths(draft[:, :0], pad).tolist() == [0, 0, 0]
+
+
+def test_expects_draft_is_false_only_when_the_next_width_is_zero():
+    policy = AdaptiveBlock()
+    policy.begin(32, 4)
+    widths, expects = [], []
+    for it in range(6 * PROBE):
+        w = policy.width()
+        widths.append(w)
+        expects.append(policy.expects_draft())
+        if w:
+            policy.update([w] * 32, [0] * 32)
+    assert not all(expects) and any(widths)  # idle stretches and probes both happen
+    for i in range(len(widths) - 1):
+        if not expects[i]:
+            assert widths[i + 1] == 0, i
+    fixed = FixedBlock()
+    fixed.begin(8, 3)
+    assert fixed.width() == 3 and fixed.expects_draft()
+
+
+def test_without_probing_a_batch_that_stops_drafting_stays_plain():
+    policy = AdaptiveBlock(probe=False)
+    policy.begin(1, 3)
+    assert policy.width() >= 1
+    policy.update([3], [0])
+    policy.update([3], [0])
+    assert [policy.width() for _ in range(10 * MAX_PROBE)] == [0] * (10 * MAX_PROBE)
+    assert not policy.expects_draft()
+
+
+def test_the_threshold_is_the_starting_batch_size_s():
+    policy = AdaptiveBlock()
+    policy.begin(32, 4)
+    policy.select_rows([0, 1])  # two rows left: drafting with the prior would pay at batch 2
+    assert policy.width() == 0

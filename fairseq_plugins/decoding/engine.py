@@ -79,7 +79,8 @@ class DraftVerifyGenerator:
         if adaptive_block_size not in ("auto", "on", "off"):
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
         adaptive = drafter.adaptive_block if adaptive_block_size == "auto" else adaptive_block_size == "on"
-        self.block_policy = AdaptiveBlock if adaptive else FixedBlock
+        probe = drafter.drafts_after_plain_steps
+        self.block_policy = (lambda: AdaptiveBlock(probe=probe)) if adaptive else FixedBlock
         self.reset_stats()
 
     # ---- stats ----
@@ -168,6 +169,7 @@ class DraftVerifyGenerator:
         draft, dlen = self._next_draft(drafter, out, n_gen)
         if draft.size(1):  # trim to the widest useful draft (one sync before the first call)
             draft = draft[:, : min(policy.width(), int(dlen.max()))]
+        propose = policy.expects_draft()  # False: the next call is a plain step whatever is proposed
         while True:
             cur = n_gen.size(0)
             m = draft.size(1) + 1
@@ -225,10 +227,14 @@ class DraftVerifyGenerator:
             n_gen = n_gen + count
             drafter.observe(StepResult(draft=draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
                                        n_before=n_before, out=out, hidden=hidden))
-            proposed = dlen.clamp(max=draft.size(1))  # draft slots each row sent
-            if count_stats and m > 1:
-                counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
-            draft, dlen = self._next_draft(drafter, out, n_gen)  # the next draft, before the sync
+            if m > 1:
+                proposed = dlen.clamp(max=draft.size(1))  # draft slots each row sent
+                if count_stats:
+                    counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
+            if propose:
+                draft, dlen = self._next_draft(drafter, out, n_gen)  # the next draft, before the sync
+            else:  # the policy has already decided on a plain step: nothing to propose
+                draft, dlen = out.new_empty((cur, 0)), None
             row_iterations += cur
             iteration += 1
             # the one host synchronisation of the iteration: finished rows, lengths, what the drafts
@@ -257,9 +263,11 @@ class DraftVerifyGenerator:
                 cache.select_rows(keep_t, aligned=min(lengths) == max(lengths), max_length=max(lengths))
                 drafter.select_rows(keep_t)
                 policy.select_rows(keep)
-                out, lp_out, n_gen, score, draft, dlen = (
-                    t.index_select(0, keep_t) for t in (out, lp_out, n_gen, score, draft, dlen))
+                out, lp_out, n_gen, score, draft = (
+                    t.index_select(0, keep_t) for t in (out, lp_out, n_gen, score, draft))
+                dlen = dlen.index_select(0, keep_t) if dlen is not None else None
             k_next = min(k_next, policy.width())
+            propose = policy.expects_draft()
             if draft.size(1) > k_next:
                 draft = draft[:, :k_next]
         if count_stats:

@@ -70,6 +70,10 @@ class Drafter:
     name = "base"
     needs_target_length = False
     adaptive_block = False  # default of --adaptive-block-size auto (block_size.AdaptiveBlock)
+    # a draft proposed after plain steps is as good as any other (so the width policy may try one
+    # slot now and then); False for Jacobi, whose draft is the previous call's predictions at
+    # positions that a plain step did not compute
+    drafts_after_plain_steps = True
     standalone = False  # True: proposes without the verifier's feedback, so it can decode alone (--acceptance all)
 
     def begin(self, ctx: DraftContext) -> None:

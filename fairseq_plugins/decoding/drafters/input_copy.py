@@ -15,6 +15,9 @@ Details, as Alg. 1 and the paper's implementation notes (§3.1.2):
   occurring several times makes every shorter one ambiguous too, so the search stops there);
 * while the verifier keeps agreeing with the copy (its token at the bifurcation is the source
   token too), the anchor just moves on without re-matching;
+* after plain steps (no draft verified: the draft-width policy found drafts not paying) the anchor
+  is not tracked; the next proposal re-anchors on the output's last q-gram as above (lossless
+  either way: only the draft changes);
 * the draft is capped at ``k`` = ``--block-size`` tokens per call (the paper copies the whole rest;
   pass a large ``--block-size`` for that).
 
@@ -73,8 +76,11 @@ class InputCopyDrafter(Drafter):
         match = torch.where(pos <= lengths.unsqueeze(1), match, torch.full_like(match, _SENTINEL))
         self.match = match
         self.anchor = torch.zeros(bsz, dtype=torch.long, device=src.device)  # o_0 = x_0 = BOS
+        self.stale = False
 
     def propose(self, out, n_gen):
+        if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
+            self.anchor, self.stale = self._rematch(out, n_gen), False
         slots = torch.arange(1, self.block + 1, device=out.device)
         idx = (self.anchor.unsqueeze(1) + slots).clamp(max=self.x.size(1) - 1)
         draft = self.x.gather(1, idx)
@@ -82,6 +88,9 @@ class InputCopyDrafter(Drafter):
         return draft.masked_fill(beyond | (self.anchor < 0).unsqueeze(1), self.ctx.pad)
 
     def observe(self, step: StepResult):
+        if step.draft.size(1) == 0:  # a plain step (nothing was drafted): re-anchor only when drafting again
+            self.stale = True
+            return
         n_after = step.n_before + step.count
         last = step.out.gather(1, n_after.unsqueeze(1)).squeeze(1)
         # still on the copy: the verifier's token after the accepted copy is the next source token
