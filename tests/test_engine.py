@@ -247,3 +247,19 @@ def test_fairseq_generate_with_hgj_prints_the_same_hypotheses(tiny_corpus, tiny_
     assert fast_h == plain_h  # ids and hypotheses identical
     # the printed scores agree to fp32 rounding (a k-token call sums in another order than k 1-token calls)
     assert max(abs(a - b) for a, b in zip(plain_s, fast_s)) < 1e-4
+
+
+@pytest.mark.parametrize("drafter", ["none", "jacobi_hgj", "input_copy"])
+def test_half_precision_decodes_on_cpu(tiny_corpus, tiny_model, drafter):
+    """The fp16 path (the GPU setting) in every dtype-sensitive place -- cache buffers, the cached
+    transposed output projection, fp32 log-softmax, acceptance -- without a GPU: a half model
+    decodes every sentence and agrees with fairseq's own half-precision greedy on nearly all
+    (not asserted to be identical: the two compute in different orders in fp16)."""
+    models, task = load(tiny_corpus, tiny_model)
+    models[0].half()
+    batches = mixed_batches(task, 8)
+    ref = reference_greedy(models, task, batches)
+    got = decode_all(engine(models, task, drafter), models, batches)
+    assert set(got) == set(ref)
+    same = sum(got[i]["tokens"].tolist() == ref[i]["tokens"].tolist() for i in ref) / len(ref)
+    assert same >= 0.9, same

@@ -106,9 +106,10 @@ class NARDrafterTask(TranslationTask):
         if not isinstance(model, NARDrafterModel):
             raise NARDrafterOptionError(
                 f"--task nar_drafter trains --arch nar_drafter_tiny/base/big; got {type(model).__name__}")
+        init_decoder = getattr(self.cfg, "init_decoder", False)  # absent from drafters saved before the option
         if self.cfg.init_encoder_from and not from_checkpoint:
-            init_encoder_from(model, self.cfg.init_encoder_from, decoder=self.cfg.init_decoder)
-        elif self.cfg.init_decoder and not from_checkpoint:
+            init_encoder_from(model, self.cfg.init_encoder_from, decoder=init_decoder)
+        elif init_decoder and not from_checkpoint:
             raise NARDrafterOptionError("--init-decoder copies the verifier's decoder: give the verifier with "
                                         "--init-encoder-from VERIFIER.pt")
         return model
