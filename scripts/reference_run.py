@@ -15,8 +15,8 @@ pick (the checkpoint's own order; ``--curve-beam``) and sacreBLEU scores it.  Tr
 early (``--stop-minutes``: fairseq's ``--stop-time-hours``) still save their last checkpoint.
 
 Outputs: ``OUT/<name>/train.log``, ``OUT/<name>/curve.json``, ``OUT/summary.json``,
-``OUT/curves.png``; with ``--export DIR`` the best checkpoint of every model (by validation loss)
-without optimizer state, as ``DIR/<name>/checkpoint_best.pt`` (a folder the benchmark reads).
+``OUT/curves.png``; with ``--export DIR`` the best checkpoint of every model (by validation loss;
+the last one for models trained on a distilled corpus) without optimizer state, as ``DIR/<name>/checkpoint_best.pt`` (a folder the benchmark reads).
 """
 import argparse
 import json
@@ -157,12 +157,15 @@ def curve(args):
     (Path(args.out) / args.name / "curve.json").write_text(json.dumps(result, indent=1))
 
 
-def export(models, out, dest):
-    """checkpoint_best.pt of every model without optimizer state (what decoding needs)."""
+def export(models, out, dest, data):
+    """checkpoint_best.pt of every model without optimizer state (what decoding needs); for a model
+    trained on a distilled corpus (``distill.json`` in it) the last checkpoint, since the gold
+    validation loss does not rank what it learns (as scripts/train_models.sh)."""
     import torch
 
     for m in models:
-        src = Path(out) / "checkpoints" / m["name"] / "checkpoint_best.pt"
+        distilled = (Path(data) / m["corpus"] / "distill.json").exists()
+        src = Path(out) / "checkpoints" / m["name"] / ("checkpoint_last.pt" if distilled else "checkpoint_best.pt")
         if not src.exists():
             continue
         state = torch.load(src, map_location="cpu", weights_only=False)
@@ -241,7 +244,7 @@ def main(argv=None):
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, out / "curves.png")
     if args.export:
-        export(models, out, args.export)
+        export(models, out, args.export, args.data)
     for name, c in summary.items():
         best = max((p for p in c["points"] if p["bleu"] is not None), key=lambda p: p["bleu"], default=None)
         last = c["points"][-1] if c["points"] else None
