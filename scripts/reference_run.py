@@ -148,8 +148,9 @@ def curve(args):
                                "cuda" if gpu else "cpu", gpu, 1, max_len=(1.2, 10))
         tokens = runner.decode(runner.batches)
         ids = sorted(tokens)
-        bleu, signature = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
-        points.append({"updates": updates, "valid_loss": losses.get(updates), "bleu": bleu})
+        quality = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
+        bleu, signature = quality["bleu"], quality["signature"]
+        points.append({"updates": updates, "valid_loss": losses.get(updates), "bleu": bleu, "bp": quality["bp"]})
         print(f"{args.name} {updates} updates: valid loss {losses.get(updates)}  BLEU {bleu}", flush=True)
         del runner
     result = {"name": args.name, "subset": args.curve_subset, "beam": args.curve_beam, "sentences": len(ids) if points else 0,
