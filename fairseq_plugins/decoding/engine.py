@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
-from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock
+from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock, draft_lengths
 from fairseq_plugins.decoding.drafters import DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.verifier import Verifier
 
@@ -229,6 +229,9 @@ class DraftVerifyGenerator:
                                        n_before=n_before, out=out, hidden=hidden))
             if m > 1:
                 proposed = dlen.clamp(max=draft.size(1))  # draft slots each row sent
+                # what the width policy learns from: real draft tokens only (Jacobi also scores its
+                # PAD-initialised slots, which are never accepted and say nothing about its drafts)
+                real = draft_lengths(draft, self.pad) if policy.adaptive else None
                 if count_stats:
                     counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
             if propose:
@@ -241,7 +244,7 @@ class DraftVerifyGenerator:
             # achieved (for the width policy) and the longest next draft
             parts = [ended.long(), n_gen]
             if m > 1:
-                parts += [proposed, accepted]
+                parts += [real if policy.adaptive else proposed, accepted]
             if draft.size(1):
                 parts.append(dlen.masked_fill(ended, 0).max().view(1))
             host = torch.cat(parts).tolist()
