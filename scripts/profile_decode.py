@@ -301,12 +301,13 @@ def main(argv=None):
             for beam in row.get("beams", [1]):
                 for bs in args.batch_sizes:
                     print(f"[profile] {row['method']} | beam {beam} | batch {bs}", flush=True)
-                    runner = benchmark.FairseqRunner(corpus, ckpt, row.get("args", ""), beam, bs, args.device,
+                    row_args = benchmark.row_args(row, args.checkpoints, args.data)  # {CKPT}/{DATA} resolved
+                    runner = benchmark.FairseqRunner(corpus, ckpt, row_args, beam, bs, args.device,
                                                      args.fp16, args.threads, (args.max_len_a, args.max_len_b),
                                                      args.sentences)
                     summary = profile_row(runner, args.device)
                     n = benchmark._n_sentences(runner.timed_batches)
-                    summary.update(method=row["method"], args=row.get("args", ""), beam=beam, batch_size=bs,
+                    summary.update(method=row["method"], args=row_args, beam=beam, batch_size=bs,
                                    sentences=n, device=args.device, dtype="fp16" if args.fp16 else "fp32",
                                    threads=args.threads)
                     report.append(summary)
