@@ -111,10 +111,7 @@ class DecoderStep:
         self._table: Optional[Tensor] = None  # sinusoidal rows on the model's device/dtype
         self._embed_w = decoder.embed_tokens.weight
         self._masks: Dict[Tuple, Tensor] = {}
-        proj = getattr(decoder, "output_projection", None)
-        self._out_proj = proj if isinstance(proj, torch.nn.Linear) and proj.bias is None else None
-        self._out_t: Optional[Tensor] = None
-        self._out_key = None
+        self.vocab_projection = VocabProjection(decoder)
 
     # ---- per batch ----
     def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None) -> KVCache:
@@ -245,18 +242,7 @@ class DecoderStep:
         return self.output_layer(x), x
 
     def output_layer(self, x: Tensor) -> Tensor:
-        """The output projection.  x @ W^T with W (V, d) as stored is a transposed GEMV that reads the
-        largest matrix of a small model in the slowest pattern (2.3x slower on CPU than the same
-        product from W^T stored contiguously, d=128 V=8K); so the step keeps W^T, the one tensor it
-        derives from the weights, refreshed whenever W changes (dtype, device or in-place update)."""
-        proj = self._out_proj
-        if proj is None:
-            return self.decoder.output_layer(x)
-        w = proj.weight
-        key = (w.data_ptr(), w._version, w.dtype, w.device)
-        if key != self._out_key:
-            self._out_t, self._out_key = w.detach().t().contiguous(), key
-        return x @ self._out_t
+        return self.vocab_projection(x)
 
     def _layer(self, i: int, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
         """fairseq's TransformerDecoderLayerBase.forward in inference mode (``e``: encoder-attention index)."""
@@ -304,3 +290,29 @@ class DecoderStep:
     def log_probs(logits: Tensor) -> Tensor:
         """fairseq's get_normalized_probs: log-softmax in float32 whatever the model's dtype."""
         return F.log_softmax(logits.float(), dim=-1)
+
+
+class VocabProjection:
+    """A fairseq decoder's output projection, computed as ``x @ W^T`` from a cached contiguous W^T.
+
+    x @ W^T with W (V, d) as stored is a transposed GEMV that reads the largest matrix of a small
+    model in the slowest pattern (2.3x slower on CPU than the same product from W^T stored
+    contiguously, d=128 V=8K); so W^T is kept, the one tensor derived from the weights, refreshed
+    whenever W changes (dtype, device or in-place update).  Used by the lean step and by drafters
+    that project onto the vocabulary themselves (blockwise heads)."""
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+        proj = getattr(decoder, "output_projection", None)
+        self.proj = proj if isinstance(proj, torch.nn.Linear) and proj.bias is None else None
+        self._t: Optional[Tensor] = None
+        self._key = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.proj is None:  # adaptive softmax or a custom layer: fairseq's own
+            return self.decoder.output_layer(x)
+        w = self.proj.weight
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if key != self._key:
+            self._t, self._key = w.detach().t().contiguous(), key
+        return x @ self._t

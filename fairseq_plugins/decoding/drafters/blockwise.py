@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 
 from fairseq_plugins.decoding.drafters import Drafter, DrafterNotAvailableError, StepResult
+from fairseq_plugins.decoding.step import VocabProjection
 
 TRAIN_HEADS_HINT = (
     "train heads on top of it, e.g.\n"
@@ -51,6 +52,7 @@ class BlockwiseDrafter(Drafter):
         self.heads = heads
         self.block = block
         self.proposals: Optional[torch.Tensor] = None
+        self.project = VocabProjection(model.decoder)  # the shared output projection, from a cached W^T
 
     def max_draft(self, max_len):
         return self.block - 1
@@ -74,7 +76,7 @@ class BlockwiseDrafter(Drafter):
         idx = step.accepted.view(-1, 1, 1).expand(-1, 1, step.hidden.size(2))
         h = step.hidden.gather(1, idx).squeeze(1)                       # (B, d)
         x = self.heads(h, 2, self.block)                                # (B, b-1, d)
-        logits = self.model.decoder.output_layer(x)                     # (B, b-1, V)
+        logits = self.project(x)                                        # (B, b-1, V)
         logits[:, :, self.ctx.pad] = -float("inf")
         self.proposals = logits.argmax(dim=-1)
 
