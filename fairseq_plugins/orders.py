@@ -1,4 +1,4 @@
-"""Generation orders (SPEC §1): how a target sentence is laid out for a multi-token decoder.
+"""Generation orders (docs/METHODS.md §1): how a target sentence is laid out for a multi-token decoder.
 
 One class, :class:`GenerationOrder`, covers every order of the two papers:
 
@@ -228,7 +228,7 @@ class GenerationOrder:
 
 
 def get_order(name, directions=None, tokens_per_direction=1, **ablations):
-    """The order object of SPEC §1 (``directions=None`` or 0: the order's own h)."""
+    """The order object of docs/METHODS.md §1 (``directions=None`` or 0: the order's own h)."""
     unknown = set(ablations) - set(ABLATIONS)
     if unknown:
         raise OrderError(f"unknown order option(s) {sorted(unknown)}; known: {', '.join(ABLATIONS)}")

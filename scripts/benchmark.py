@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Side-by-side decoding benchmark (SPEC §4): every method, one process, one test set.
+"""Side-by-side decoding benchmark (docs/METHODS.md §4): every method, one process, one test set.
 
 Each *row* of a rows file (JSON list; ``--rows`` takes several files, concatenated in order) is a
 decoding configuration written as fairseq-generate arguments, so the benchmark measures exactly

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build the offline parallel corpora from the system's translated message catalogs (SPEC §5).
+"""Build the offline parallel corpora from the system's translated message catalogs (docs/METHODS.md §5).
 
 Every Linux system ships human-translated gettext catalogs under
 ``/usr/share/locale/<lang>/LC_MESSAGES/<domain>.mo``.  The same English ``msgid`` translated

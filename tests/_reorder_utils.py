@@ -6,7 +6,7 @@ from fairseq.data import Dictionary
 
 from conftest import PLUGIN_DIR
 
-ORDER_CASES = [  # (name, h, c, extra flags): every order of SPEC §1 and the Table 2 ablations
+ORDER_CASES = [  # (name, h, c, extra flags): every order of docs/METHODS.md §1 and the Table 2 ablations
     ("l2r", 1, 2, []), ("r2l", 1, 1, []), ("r2l", 1, 2, []), ("head_tail", 2, 1, []),
     ("interleave", 2, 1, []), ("interleave", 2, 2, []), ("multi_segment", 4, 1, []),
     ("interleave", 2, 1, ["--vanilla-mask"]), ("interleave", 2, 1, ["--vanilla-positions"]),

@@ -1,5 +1,5 @@
 """``ReorderedLanguagePairDataset``: a language-pair dataset whose batches carry the target in a
-generation order (SPEC §1), for training and validating multi-token decoders.
+generation order (docs/METHODS.md §1), for training and validating multi-token decoders.
 
 ``collater`` turns fairseq's batch into
 

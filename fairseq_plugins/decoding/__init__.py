@@ -1,4 +1,4 @@
-"""Decoding algorithms of the plugin (SPEC §2), picked by ``FastTranslationTask.build_generator``.
+"""Decoding algorithms of the plugin (docs/METHODS.md §2), picked by ``FastTranslationTask.build_generator``.
 
 ``multi_token_beam``  step-wise multi-word beam search for models trained in a generation order
 ``engine``      the draft-and-verify loop (one loop; drafters and acceptance rules plug in)

@@ -1,4 +1,4 @@
-"""Acceptance rules: how many draft tokens a verification call accepts (SPEC §2).
+"""Acceptance rules: how many draft tokens a verification call accepts (docs/METHODS.md §2).
 
 Every rule gets, for ``B`` rows and a draft of ``K`` tokens (PAD = "no draft token here"):
 

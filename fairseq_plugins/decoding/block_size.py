@@ -2,7 +2,7 @@
 
 With batch > 1 the verification call is as wide as its widest draft and every row pays for that
 width; a draft slot that is rarely accepted costs more than it brings, more so the larger the
-batch.  ``AdaptiveBlock`` (choice, SPEC §2 leaves it open; the idea of dynamic draft lengths in
+batch.  ``AdaptiveBlock`` (our choice, the papers leave it open; the idea of dynamic draft lengths in
 speculative decoding, decided here for the whole batch):
 
 * every row keeps ``p``, an estimate of the probability that its next draft token is accepted

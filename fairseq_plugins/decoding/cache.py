@@ -6,7 +6,7 @@ valid.  A decoder call over ``m`` new tokens writes their keys/values *in place*
 ``lengths[b] .. lengths[b]+m-1`` (a slice assignment when every row has the same length, one
 scatter per tensor otherwise) and attends to the first ``max(lengths) + m`` columns under a mask
 that hides each row's columns past its own length.  Cutting a row back to the tokens it accepted
-(draft and verify, SPEC §2) is ``commit``: the lengths move on by the accepted counts; the
+(draft and verify, docs/METHODS.md §2) is ``commit``: the lengths move on by the accepted counts; the
 rejected columns are simply overwritten by the next call.  Nothing is concatenated, nothing
 gathered, the prefix is never recomputed.
 

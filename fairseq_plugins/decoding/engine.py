@@ -1,4 +1,4 @@
-"""The draft-and-verify engine (SPEC §2): one loop for every drafter and acceptance rule.
+"""The draft-and-verify engine (docs/METHODS.md §2): one loop for every drafter and acceptance rule.
 
 Per iteration, for all unfinished rows at once:
 

@@ -1,4 +1,4 @@
-"""Step-wise multi-token beam search (SPEC §2): IBDecoder Alg. 1 and Imamura & Sumita's DOUBLETOPK.
+"""Step-wise multi-token beam search (docs/METHODS.md §2): IBDecoder Alg. 1 and Imamura & Sumita's DOUBLETOPK.
 
 Each step the decoder scores z = h*c new slots of every hypothesis at once (one incremental call).
 

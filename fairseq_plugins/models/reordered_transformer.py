@@ -65,7 +65,7 @@ class OrderEmbedding(nn.Module):
       direction with BOS and the right with EOS -- generalised to any z (SA c>1, IMDecoder h=4,
       IBDecoder+SA need z = 4 distinct starts; a stock dictionary has two spare symbols).  With
       identical starts the slots of the first group differ only by small position embeddings,
-      and SA / multi-segment models learn to duplicate the first group (SPEC §1).
+      and SA / multi-segment models learn to duplicate the first group (docs/METHODS.md §1).
     """
 
     def __init__(self, order, dim, max_target_positions, embed_scale=1.0):

@@ -2,11 +2,11 @@
 
 A :class:`fairseq.tasks.translation.TranslationTask` with
 
-* target-order options for training (SPEC §1): the target side of every batch is reordered into
+* target-order options for training (docs/METHODS.md §1): the target side of every batch is reordered into
   the order's generation sequence (head-tail folding, interleaving, multi-segment, ...), with the
   positions, direction ids and the M(h,c) mask the model needs.  References stay in natural order,
   so ``fairseq-generate`` scores as usual.
-* decoding options for ``fairseq-generate`` (SPEC §2): a reordered model decodes with the
+* decoding options for ``fairseq-generate`` (docs/METHODS.md §2): a reordered model decodes with the
   step-wise multi-word beam search; ``--drafter`` switches to the draft-and-verify engine.
   ``build_generator`` picks the generator from them; with neither, fairseq's own generator runs.
   A draft-and-verify run of ``fairseq-generate`` ends with one log line of its counts (model calls,
@@ -35,7 +35,7 @@ class FastTranslationOptionError(ValueError):
 
 @dataclass
 class FastTranslationConfig(TranslationConfig):
-    # ---- generation order (training and decoding), SPEC §1 ----
+    # ---- generation order (training and decoding), docs/METHODS.md §1 ----
     target_order: Optional[str] = field(
         default=None, metadata={"help": "generation order: " + ", ".join(ORDERS) + " (training: default l2r; "
                                 "decoding: default the checkpoint's own order and ablation flags)"})
@@ -50,7 +50,7 @@ class FastTranslationConfig(TranslationConfig):
         default=False, metadata={"help": "ablation: no attention across directions"})
     double_topk: bool = field(
         default=False, metadata={"help": "Imamura & Sumita's DOUBLETOPK (2W left, 3W pairs) for h=2, c=1"})
-    # ---- draft and verify, SPEC §2 ----
+    # ---- draft and verify, docs/METHODS.md §2 ----
     drafter: Optional[str] = field(
         default=None, metadata={"help": "draft-and-verify drafter: " + ", ".join(DRAFTERS) +
                                 " ('none' = greedy through the engine); unset = fairseq's own generator"})
@@ -205,7 +205,7 @@ def decoding_order(models, cfg):
 
 
 def validate_options(cfg):
-    """Clear errors for flag combinations that cannot work (SPEC: say what is wrong, how to fix it)."""
+    """Clear errors for flag combinations that cannot work (say what is wrong and how to fix it)."""
     if cfg.target_order is not None and cfg.target_order not in ORDERS:
         raise FastTranslationOptionError(
             f"--target-order {cfg.target_order!r} is unknown; choose one of {', '.join(ORDERS)}")

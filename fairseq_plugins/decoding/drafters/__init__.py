@@ -1,4 +1,4 @@
-"""Drafters: propose up to k tokens per row for the verifier (SPEC §2).
+"""Drafters: propose up to k tokens per row for the verifier (docs/METHODS.md §2).
 
 The interface is small, so that adding a drafter never touches the engine:
 

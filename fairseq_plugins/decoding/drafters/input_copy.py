@@ -11,7 +11,7 @@ Details, as Alg. 1 and the paper's implementation notes (§3.1.2):
 * ``x = ([BOS], x_1..x_n, [EOS], [PAD])``: decoding starts anchored at ``o_0 = x_0 = [BOS]``; the
   source's EOS is copied like any token and the PAD sentinel guarantees a bifurcation.
 * re-anchoring tries the output suffix of length ``q`` = ``--copy-ngram`` down to 1 and takes the
-  longest that occurs exactly once in ``x`` (choice: SPEC's "last 1..q-gram"; a longer n-gram
+  longest that occurs exactly once in ``x`` (choice: "the last 1..q-gram"; a longer n-gram
   occurring several times makes every shorter one ambiguous too, so the search stops there);
 * while the verifier keeps agreeing with the copy (its token at the bifurcation is the source
   token too), the anchor just moves on without re-matching;
