@@ -6,7 +6,7 @@
 # timed per row and batch size, default 100; BLEU always covers the whole test set), DEMO_RUNS (timed
 # runs, default 5), DEMO_DISTILL_BEAM (the teacher's beam for distillation, default 5), DEMO_DIR (work
 # folder, default work/demo).  Finished steps are skipped on re-runs.
-# Quick setting (the whole table with rough models; estimated ~30 minutes on 2 free cores):
+# Quick setting (the whole table in 21 minutes measured on one core; models too rough to translate):
 #   DEMO_UPDATES=60 DEMO_TIMED=20 DEMO_RUNS=2 DEMO_DISTILL_BEAM=1 bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
