@@ -16,19 +16,11 @@ from fairseq import options, tasks
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.data import Dictionary, LanguagePairDataset
 
+from _reorder_utils import write_dict
 from conftest import PLUGIN_DIR
 
 VOCAB = 16
 LENGTHS = (2, 8)  # odd and even target lengths, every remainder modulo z (<= 4)
-
-
-def make_dictionary(folder):
-    d = Dictionary()
-    for i in range(VOCAB):
-        d.add_symbol(f"w{i}")
-    for lang in ("src", "tgt"):
-        d.save(str(folder / f"dict.{lang}.txt"))
-    return d
 
 
 def sequences(n, seed):
@@ -50,7 +42,7 @@ def pair_dataset(seqs, d, task):
 
 
 def build(folder, order_flags, dim=64, layers=2, seed=1):
-    d = make_dictionary(folder) if not (folder / "dict.src.txt").exists() else Dictionary.load(str(folder / "dict.src.txt"))
+    d = write_dict(folder, VOCAB) if not (folder / "dict.src.txt").exists() else Dictionary.load(str(folder / "dict.src.txt"))
     arch = "transformer_fast_tiny" if not order_flags else "reordered_transformer_tiny"
     argv = [str(folder), "--user-dir", PLUGIN_DIR, "--task", "fast_translation", "-s", "src", "-t", "tgt",
             "--arch", arch, "--encoder-layers", str(layers), "--decoder-layers", str(layers),

@@ -104,7 +104,7 @@ def test_without_probing_a_batch_that_stops_drafting_stays_plain():
     assert not policy.expects_draft()
 
 
-def test_the_threshold_is_the_starting_batch_size_s():
+def test_the_threshold_is_that_of_the_starting_batch_size():
     policy = AdaptiveBlock()
     policy.begin(32, 4)
     policy.select_rows([0, 1])  # two rows left: drafting with the prior would pay at batch 2

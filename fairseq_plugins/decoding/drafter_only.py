@@ -65,10 +65,7 @@ class DrafterOnlyGenerator(DraftVerifyGenerator):
             host = torch.cat([ended.long(), n_gen]).tolist()
             done, lengths = host[:cur], host[cur:]
             if any(done):
-                keep = [i for i, d in enumerate(done) if not d]
-                for i, d in enumerate(done):
-                    if d:
-                        finalized[rows[i]] = [self._hypothesis(out[i], lp_out[i], lengths[i])]
+                keep = self._finalize(done, lengths, rows, out, lp_out, finalized)
                 if not keep:
                     break
                 keep_t = torch.tensor(keep, dtype=torch.long, device=device)

@@ -254,10 +254,7 @@ class DraftVerifyGenerator:
             k_next = host[-1] if draft.size(1) else 0
             cache.commit(count, max(lengths), min(lengths) == max(lengths))  # cut back to the accepted tokens
             if any(done):
-                keep = [i for i, d in enumerate(done) if not d]
-                for i, d in enumerate(done):
-                    if d:
-                        finalized[rows[i]] = [self._hypothesis(out[i], lp_out[i], lengths[i])]
+                keep = self._finalize(done, lengths, rows, out, lp_out, finalized)
                 if not keep:
                     break
                 keep_t = torch.tensor(keep, dtype=torch.long, device=device)
@@ -308,6 +305,15 @@ class DraftVerifyGenerator:
         for i in range(draft.size(1)):
             running.append(running[-1] + lp[:, i])
         return torch.stack(running, dim=1)
+
+    def _finalize(self, done: List[int], lengths: List[int], rows: List[int], out: Tensor, lp_out: Tensor,
+                  finalized: List[Optional[List[Dict]]]) -> List[int]:
+        """Write the hypotheses of the rows that ended (``done``, host list) into ``finalized`` at their
+        original positions; returns the indices of the rows that go on."""
+        for i, d in enumerate(done):
+            if d:
+                finalized[rows[i]] = [self._hypothesis(out[i], lp_out[i], lengths[i])]
+        return [i for i, d in enumerate(done) if not d]
 
     def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int) -> Dict:
         tokens = out_row[1 : n + 1].clone()
