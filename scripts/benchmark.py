@@ -593,9 +593,10 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
     order = sorted(batch_sizes, key=lambda b: b != quality_batch_size)  # the quality pass first
     plan = list(expand_rows(rows, order))
     _check_plan(plan, data)
-    schedule = sorted(range(len(plan)), key=lambda i: 2 if not plan[i][0].get("baseline") else int(plan[i][1] != 1))
+    schedule = sorted(range(len(plan)), key=lambda i: _schedule_key(*plan[i]))
     corpora, greedy_tokens, quality = {}, {}, {}
     references = {}  # (corpus folder, batch size, beam) -> (runner, result) of a baseline row, kept loaded
+    engines = {}  # (corpus folder, batch size, checkpoint) -> runner of the engine's greedy, kept loaded
     results = [None] * len(plan)
     for n, slot in enumerate(schedule, 1):
         row, beam, bs = plan[slot]
@@ -638,8 +639,14 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         reference = None if baseline and beam == 1 else (references.get((folder, bs, beam))
                                                           or references.get((folder, bs, 1)))
         runners = [runner] + ([reference[0]] if reference else [])
+        # a drafting row is also timed beside the engine's greedy on the same model (its own no-drafter
+        # path): the ratio the "drafting never loses to greedy" goal is about, measured pair by pair
+        engine = engines.get((folder, bs, str(ckpt))) if beam == 1 and _is_drafting(row) else None
+        if engine is not None:
+            runners.append(engine)
         times, (calls, stats) = time_interleaved(runners, runs, clock=clock)
         speed_ratio = ratio_vs_greedy = spread = None
+        ratio_vs_engine = pair_ratio(times[-1], times[0])[0] if engine is not None else None
         if reference:
             ratio, spread = pair_ratio(times[1], times[0])
             ref_result = reference[1]
@@ -667,6 +674,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
                          if reference else ("itself" if baseline else None)),
             "ratio_vs_greedy": None if ratio_vs_greedy is None else round(ratio_vs_greedy, 3),
             "ratio_vs_ct2": None, "ratio_vs_beam5": None,
+            "ratio_vs_engine_greedy": None if ratio_vs_engine is None else round(ratio_vs_engine, 3),
             "model_calls": calls, "mean_accepted": _mean_accepted(stats),
             "counts_over": "timed sentences", "counts_sentences": _n_sentences(timed),
             "model_calls_all": q["calls"], "mean_accepted_all": _mean_accepted(qstats),
@@ -685,10 +693,33 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             flush=True)
         if baseline:
             references[(folder, bs, beam)] = (runner, result)
+        elif _is_engine_greedy(row) and beam == 1:
+            engines[(folder, bs, str(ckpt))] = runner
         del runner
     add_derived_ratios(results, vs_beam5)
     write_outputs(results, out)
     return results
+
+
+def _drafter_of(row):
+    return None if row.get("backend", "fairseq") != "fairseq" else _flag(shlex.split(row.get("args", "")), "--drafter")
+
+
+def _is_engine_greedy(row):
+    """The draft-and-verify engine without a drafter (``--drafter none``): the drafting rows' own greedy."""
+    return _drafter_of(row) == "none" and not row.get("baseline")
+
+
+def _is_drafting(row):
+    """A lossless row with a drafter: timed beside the engine's greedy too."""
+    return bool(row.get("lossless")) and _drafter_of(row) not in (None, "none")
+
+
+def _schedule_key(row, beam, bs):
+    """fairseq greedy baselines, then their beams, then the engine's greedy, then every other row."""
+    if row.get("baseline"):
+        return int(beam != 1)
+    return 2 if _is_engine_greedy(row) else 3
 
 
 def add_derived_ratios(results, vs_beam5=()):
@@ -730,10 +761,11 @@ TABLE = [("method", "method", None), ("corpus", "corpus", None), ("beam", "beam"
          ("batch_size", "batch", None), ("bleu", "BLEU", None), ("bleu_bp", "BP", "{:.3f}"),
          ("tokens_per_s", "tok/s", None), ("speed_ratio", "speed ×", None),
          ("ratio_vs_ct2", "× CT2", None), ("ratio_vs_beam5", "× beam 5", None),
+         ("ratio_vs_engine_greedy", "× engine greedy", None),
          ("model_calls", "model calls", None), ("mean_accepted", "mean accepted", None),
          ("peak_mem_mb", "peak MB", None), ("mem_vs_greedy", "MB vs greedy", "{:+.1f}"),
          ("identical_to_greedy", "identical", "{:.3f}")]
-OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "peak_mem_mb", "mem_vs_greedy", "mean_accepted",
+OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "ratio_vs_engine_greedy", "peak_mem_mb", "mem_vs_greedy", "mean_accepted",
             "identical_to_greedy"}
 
 
@@ -760,7 +792,8 @@ def write_outputs(results, out):
               f"{meta.get('runs')} runs (batches sorted by source length). speed × = reference seconds / row "
               "seconds, geometric mean over pairs timed interleaved with the row's reference (fairseq's own "
               "greedy, or its beam of the same width) in the same run; × CT2 and × beam 5 are derived from the "
-              "ratios vs fairseq greedy. Model calls and mean accepted: over the timed sentences at that batch "
+              "ratios vs fairseq greedy; × engine greedy: a lossless drafting row timed interleaved with the engine's "
+              "greedy (--drafter none) on the same model too. Model calls and mean accepted: over the timed sentences at that batch "
               f"size. Peak MB: weights + peak tensor memory of a decode ({MEMORY_BATCHES} longest-source timed "
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})

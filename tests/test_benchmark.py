@@ -124,14 +124,15 @@ def stub_bench(tiny_corpus, tmp_path, monkeypatch):
     """Loads, order and every ratio are known exactly."""
     per_pass = {("fairseq greedy", 1): 0.2, ("fairseq beam", 4): 0.5, ("fairseq beam", 5): 0.8,
                 ("IBDecoder", 4): 0.25, ("CTranslate2 greedy", 1): 0.02, ("drafting", 1): 0.1,
-                ("slow drafting", 1): 0.4}
+                ("slow drafting", 1): 0.4, ("engine greedy", 1): 0.125}
     rows = [
-        {"method": "drafting", "args": "--task fast_translation --drafter jacobi_hgj"},
+        {"method": "drafting", "args": "--task fast_translation --drafter jacobi_hgj", "lossless": True},
         {"method": "fairseq greedy", "baseline": True},
         {"method": "fairseq beam", "beams": [4, 5], "baseline": True},
         {"method": "IBDecoder", "args": "--target-order interleave", "beams": [4], "vs_beam5": True},
         {"method": "CTranslate2 greedy", "backend": "ctranslate2"},
         {"method": "slow drafting", "args": "--drafter input_copy"},
+        {"method": "engine greedy", "args": "--task fast_translation --drafter none", "lossless": True},
     ]
     results, loads = run_stubs(rows, per_pass, tiny_corpus, tmp_path, monkeypatch)
     return results, loads, tmp_path / "out"
@@ -140,11 +141,13 @@ def stub_bench(tiny_corpus, tmp_path, monkeypatch):
 def test_rows_are_timed_against_loaded_baselines_with_known_ratios(stub_bench):
     results, loads, out = stub_bench
     # baselines first (greedy before beams), each loaded once; results keep the rows' order
-    assert loads[:3] == [("fairseq greedy", 1, 8), ("fairseq beam", 4, 8), ("fairseq beam", 5, 8)]
-    assert len(loads) == len(set(loads)) == 7
+    # then the engine's greedy, which the lossless drafting rows are also timed against
+    assert loads[:4] == [("fairseq greedy", 1, 8), ("fairseq beam", 4, 8), ("fairseq beam", 5, 8),
+                         ("engine greedy", 1, 8)]
+    assert len(loads) == len(set(loads)) == 8
     assert [(r["method"], r["beam"]) for r in results] == [
         ("drafting", 1), ("fairseq greedy", 1), ("fairseq beam", 4), ("fairseq beam", 5), ("IBDecoder", 4),
-        ("CTranslate2 greedy", 1), ("slow drafting", 1)]
+        ("CTranslate2 greedy", 1), ("slow drafting", 1), ("engine greedy", 1)]
     by = {(r["method"], r["beam"]): r for r in results}
     expect = {  # (speed_ratio, ratio_vs_greedy, ratio_vs_ct2, ratio_vs_beam5)
         ("drafting", 1): (2.0, 2.0, 0.2, 8.0),
@@ -161,6 +164,10 @@ def test_rows_are_timed_against_loaded_baselines_with_known_ratios(stub_bench):
         assert r["ratio_vs_ct2"] == pytest.approx(vs_ct2), key
         assert r["ratio_vs_beam5"] == (None if vs_beam5 is None else pytest.approx(vs_beam5)), key
     assert "fairseq beam (beam 4" in by[("IBDecoder", 4)]["ratio_vs"]
+    # engine greedy seconds / row seconds, from pairs timed side by side; only for lossless drafting rows
+    assert by[("drafting", 1)]["ratio_vs_engine_greedy"] == pytest.approx(1.25)
+    assert by[("engine greedy", 1)]["ratio_vs_greedy"] == pytest.approx(1.6)
+    assert all(r["ratio_vs_engine_greedy"] is None for r in results if r["method"] != "drafting")
     assert by[("drafting", 1)]["seconds"] == pytest.approx(0.1)
     assert by[("drafting", 1)]["family"] == "draft-and-verify" and by[("IBDecoder", 4)]["family"] == "orders"
     assert by[("drafting", 1)]["bleu"] == 100.0 and by[("drafting", 1)]["bleu_bp"] == 1.0

@@ -101,7 +101,20 @@ def test_without_probing_a_batch_that_stops_drafting_stays_plain():
     policy.update([3], [0])
     policy.update([3], [0])
     assert [policy.width() for _ in range(10 * MAX_PROBE)] == [0] * (10 * MAX_PROBE)
-    assert not policy.expects_draft()
+    assert not policy.expects_draft() and policy.stopped()  # the engine drops the drafter for this batch
+
+
+def test_a_probing_batch_never_stops_for_good():
+    policy = AdaptiveBlock()
+    policy.begin(32, 4)
+    for _ in range(6 * MAX_PROBE):
+        w = policy.width()
+        assert not policy.stopped()
+        if w:
+            policy.update([w] * 32, [0] * 32)
+    fixed = FixedBlock()
+    fixed.begin(8, 3)
+    assert not fixed.stopped()
 
 
 def test_the_threshold_is_that_of_the_starting_batch_size():

@@ -68,6 +68,10 @@ class FixedBlock:
         False lets the engine skip the drafter's proposal, which the width would drop anyway."""
         return True
 
+    def stopped(self) -> bool:
+        """True once the batch will never draft again (asked after ``expects_draft()`` said False)."""
+        return False
+
     def update(self, proposed: List[int], accepted: List[int]):
         pass
 
@@ -105,6 +109,9 @@ class AdaptiveBlock(FixedBlock):
 
     def expects_draft(self):
         return not self.idle
+
+    def stopped(self):
+        return self.idle and not self.probe  # p only changes with drafts, and without probes there are none
 
     def update(self, proposed, accepted):
         """Per row: draft slots sent and accepted.  Observed per-token acceptance: accepted successes

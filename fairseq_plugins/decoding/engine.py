@@ -268,6 +268,8 @@ class DraftVerifyGenerator:
                 dlen = dlen.index_select(0, keep_t) if dlen is not None else None
             k_next = min(k_next, policy.width())
             propose = policy.expects_draft()
+            if not propose and policy.stopped():  # no draft for the rest of this batch: plain greedy steps,
+                drafter = NoDraft()               # the drafter's bookkeeping stops too
             if draft.size(1) > k_next:
                 draft = draft[:, :k_next]
         if count_stats:
