@@ -313,9 +313,10 @@ def test_fairseq_generate_with_gad_prints_the_greedy_hypotheses(tiny_corpus, tin
     assert len(plain) == 120 and fast == plain
 
 
-def test_cached_encoder_attention_gives_the_training_forward(setup, oracle_drafter):
-    """Decoding reuses the encoder-attention keys/values across calls (and rows leaving); the
-    logits must be those of the plain forward pass the drafter was trained with."""
+def test_lean_drafting_pass_gives_the_training_forward(setup, oracle_drafter):
+    """Decoding runs the drafter through the lean decoder step (encoder keys/values projected once
+    per batch, kept as rows leave, prefixes of mixed lengths left-padded); its logits must be those
+    of the plain forward pass the drafter was trained with."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
     from fairseq_plugins.decoding.drafters import DraftContext
 
@@ -329,16 +330,21 @@ def test_cached_encoder_attention_gives_the_training_forward(setup, oracle_draft
     out = torch.randint(4, 500, (8, 60), generator=g)
     out[:, 0] = BOS
     with torch.no_grad():
-        for n_gen, rows in ((torch.tensor([0, 3, 7, 1, 0, 12, 5, 2]), None), (torch.tensor([4, 9, 2]), [1, 5, 6])):
-            if rows is not None:
-                d.select_rows(torch.tensor(rows))
-            o = out if rows is None else out[rows]
-            src = {k: v if rows is None else v[rows] for k, v in net.items()}
-            inp = block_input(o, n_gen, d.k, PAD, d.mask)
+        # (prefix lengths, rows kept from the previous call, their original ids): rows leave twice
+        for n_gen, keep, rows in ((torch.tensor([0, 3, 7, 1, 0, 12, 5, 2]), None, list(range(8))),
+                                  (torch.tensor([4, 9, 2]), [1, 5, 6], [1, 5, 6]),
+                                  (torch.tensor([6]), [1], [5])):
+            if keep is not None:
+                d.select_rows(torch.tensor(keep))
+            o = out[rows]
+            src = {k: v[rows] for k, v in net.items()}
+            inp, slots = block_input(o, n_gen, d.k, PAD, d.mask, with_slots=True)
+            assert torch.equal(inp, block_input(o, n_gen, d.k, PAD, d.mask))
             enc = d.model.encoder(src["src_tokens"], src_lengths=src["src_lengths"])
             plain = d.model.decoder(inp, encoder_out=enc, block=d.k)[0]
-            cached = d.model.decoder(inp, encoder_out=d.encoder_out, block=d.k, cross_cache=d.cross_cache)[0]
-            assert torch.allclose(plain, cached, atol=1e-5)
+            lean = d.block_logits(inp, slots)
+            assert lean.shape == (len(n_gen), BLOCK, d.vocab + 1)
+            assert torch.allclose(plain[:, :BLOCK], lean, atol=1e-5)
             assert d.propose(o, n_gen).tolist() == plain[:, :BLOCK, : d.vocab].argmax(-1).tolist()
 
 

@@ -18,15 +18,18 @@ import torch
 from torch import Tensor
 
 
-def block_input(tokens: Tensor, n_prefix: Tensor, k: int, pad: int, mask: int) -> Tensor:
+def block_input(tokens: Tensor, n_prefix: Tensor, k: int, pad: int, mask: int, with_slots: bool = False):
     """``tokens`` ``(B, W)``: column 0 is BOS, columns ``1..n_prefix[b]`` the prefix of row ``b``
-    (the engine's output buffer has this layout).  Returns ``(B, max(n_prefix) + 1 + k)``."""
+    (the engine's output buffer has this layout).  Returns ``(B, max(n_prefix) + 1 + k)``, and with
+    ``with_slots`` also every column's logical slot (BOS = 0; left padding gets 0 too: its keys are
+    masked), i.e. the position fairseq's ``make_positions`` gives it counted from the first non-pad token."""
     bsz = tokens.size(0)
     width = int(n_prefix.max()) + 1 if bsz else 1  # one host read: the batch's widest prefix
-    cols = torch.arange(width, device=tokens.device).unsqueeze(0)
-    src = cols - (width - 1 - n_prefix).unsqueeze(1)  # column of tokens that lands in each column
-    prefix = tokens.gather(1, src.clamp(min=0)).masked_fill(src < 0, pad)
-    return torch.cat([prefix, prefix.new_full((bsz, k), mask)], dim=1)
+    cols = torch.arange(width + k, device=tokens.device).unsqueeze(0)
+    src = cols - (width - 1 - n_prefix).unsqueeze(1)  # slot of each column (< 0: left padding)
+    prefix = tokens.gather(1, src[:, :width].clamp(min=0)).masked_fill(src[:, :width] < 0, pad)
+    inp = torch.cat([prefix, prefix.new_full((bsz, k), mask)], dim=1)
+    return (inp, src.clamp(min=0)) if with_slots else inp
 
 
 def block_targets(target: Tensor, n_prefix: Tensor, k: int, pad: int) -> Tensor:

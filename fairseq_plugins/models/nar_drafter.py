@@ -18,13 +18,10 @@ from fairseq.models.transformer.transformer_legacy import transformer_vaswani_wm
 class NARDrafterDecoder(TransformerDecoder):
     """fairseq's decoder run over the whole input at once without the causal mask (§3.2.1).
 
-    ``features`` is the one forward path, for training and decoding.  With ``cross_cache`` (a
-    fairseq incremental-state dict kept by the caller for one batch of sources) the encoder-attention
-    keys/values are computed on the first call and reused afterwards: the source does not change
-    between drafting iterations.  The self-attention buffers in it are emptied before every call, so
-    each call attends over exactly its own input (no prefix cache; see the drafter's notes)."""
+    ``features`` is the training forward; decoding runs the same weights through the lean decoder
+    step (``decoding.drafters.nar``), tested against this forward."""
 
-    def features(self, tokens, encoder_out, cross_cache=None):
+    def features(self, tokens, encoder_out):
         enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
         enc_pad = (encoder_out["encoder_padding_mask"][0]
                    if encoder_out and len(encoder_out["encoder_padding_mask"]) else None)
@@ -40,9 +37,7 @@ class NARDrafterDecoder(TransformerDecoder):
         x = self.dropout_module(x).transpose(0, 1)
         pad_mask = tokens.eq(self.padding_idx)  # PAD keys masked; no future mask: bidirectional
         for layer in self.layers:
-            if cross_cache is not None:
-                layer.self_attn._set_input_buffer(cross_cache, {})
-            x, _, _ = layer(x, enc, enc_pad, cross_cache, self_attn_mask=None, self_attn_padding_mask=pad_mask)
+            x, _, _ = layer(x, enc, enc_pad, None, self_attn_mask=None, self_attn_padding_mask=pad_mask)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         x = x.transpose(0, 1)
@@ -52,10 +47,10 @@ class NARDrafterDecoder(TransformerDecoder):
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
                 full_context_alignment=True, alignment_layer=None, alignment_heads=None, src_lengths=None,
-                return_all_hiddens=False, block=None, cross_cache=None):
+                return_all_hiddens=False, block=None):
         if incremental_state is not None:
             raise ValueError("the NAR drafter has no incremental decoding: it reads prefix + masks in one pass")
-        x = self.features(prev_output_tokens, encoder_out, cross_cache)
+        x = self.features(prev_output_tokens, encoder_out)
         if block is not None:
             x = x[:, -block:]
         if not features_only:

@@ -13,9 +13,13 @@ Choices:
   ``K <= k`` of them (``--block-size``), so its input looks as in training whatever ``K`` is;
 * PAD and [MASK] are never proposed (their logits are dropped before the argmax); tokens after an
   EOS in the draft are left to the engine, which cuts at EOS;
-* the encoder-attention keys/values are computed once per batch (first call) and reused; there is
-  no prefix cache: the prefix attends to the masks (bidirectional), so its states change with
-  every new block (what a cache could save at most is measured in docs/RESULTS.md, GAD section).
+* the decoder pass runs through the lean decoder step (``step.DecoderStep`` without a
+  self-attention cache, bidirectional under a key-padding mask, on the drafter's own weights):
+  the encoder-attention keys/values are projected once per batch (``begin``), and only the first
+  ``K`` mask slots are projected onto the vocabulary; its logits equal the training forward's
+  (tests/test_gad.py).  There is no prefix cache: the prefix attends to the masks
+  (bidirectional), so its states change with every new block (what a cache could save at most is
+  measured in docs/RESULTS.md, GAD section).
 
 The drafter runs on the verifier's device and in its dtype (fp16 on GPU with ``--fp16``).
 """
@@ -27,6 +31,7 @@ from torch import Tensor
 from fairseq_plugins.data.mask_dictionary import check_aligned
 from fairseq_plugins.data.nar_drafter_batch import block_input
 from fairseq_plugins.decoding.drafters import Drafter, DrafterNotAvailableError
+from fairseq_plugins.decoding.step import DecoderStep
 
 
 class NARDrafterError(ValueError):
@@ -110,6 +115,7 @@ class NARDrafter(Drafter):
         self.min_len = 0                 # EOS banned at steps < min_len (set by the drafter-alone generator)
         self.keep_scores = False         # keep the draft's log-probs (drafter-alone hypotheses' scores)
         self.draft_lprobs = None
+        self.step = DecoderStep(model.decoder)  # reads the drafter's weights (re-read every batch)
 
     @classmethod
     def from_config(cls, cfg, task, models):
@@ -133,16 +139,24 @@ class NARDrafter(Drafter):
     def begin(self, ctx):
         super().begin(ctx)
         self._follow_verifier(ctx.src_tokens)
-        self.encoder_out = self.model.encoder.forward_torchscript(
-            {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths})
-        self.cross_cache = {}  # encoder-attention keys/values: computed by the first call, then reused
+        encoder_out = self.model.encoder.forward_torchscript({"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths})
+        self.encoder = self.step.begin(encoder_out, capacity=0)  # encoder-attention K/V, once per batch
+
+    def block_logits(self, inp: Tensor, slots: Tensor) -> Tensor:
+        """The drafter's logits ``(B, K, V + 1)`` for the first ``K`` mask slots of ``block_input``'s
+        ``(inp, slots)``: prefix + k masks per row, left-padded."""
+        keys = inp.ne(self.pad)
+        # bidirectional; PAD keys (left padding of shorter prefixes) masked; none at batch 1
+        attn_mask = None if inp.size(0) == 1 else keys.view(keys.size(0), 1, 1, keys.size(1))
+        first = inp.size(1) - self.k
+        return self.step(None, inp, slots, causal=False, attn_mask=attn_mask, encoder=self.encoder,
+                         project=slice(first, first + self.block))[0]
 
     def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
-        inp = block_input(out, n_gen, self.k, self.pad, self.mask)
+        inp, slots = block_input(out, n_gen, self.k, self.pad, self.mask, with_slots=True)
         if inp.size(1) > self.max_positions:  # past the drafter's positions: no draft (plain greedy steps)
             return n_gen.new_full((n_gen.size(0), self.block), self.pad)
-        logits = self.model.decoder(inp, encoder_out=self.encoder_out, block=self.k,
-                                    cross_cache=self.cross_cache)[0][:, : self.block, : self.vocab]
+        logits = self.block_logits(inp, slots)[:, :, : self.vocab]
         logits[:, :, self.pad] = -torch.inf
         if self.min_len > 0:  # fairseq's min_len: no EOS at steps < min_len (step of slot i = n_gen + i)
             steps = n_gen.unsqueeze(1) + torch.arange(self.block, device=n_gen.device)
@@ -155,12 +169,4 @@ class NARDrafter(Drafter):
         return logits.argmax(dim=-1)
 
     def select_rows(self, rows):
-        self.encoder_out = self.model.encoder.reorder_encoder_out(self.encoder_out, rows)
-        for layer in self.model.decoder.layers:  # the cached encoder-attention keys/values follow the rows
-            attn = layer.encoder_attn
-            if attn is None:
-                continue
-            buf = attn._get_input_buffer(self.cross_cache)
-            if buf:
-                attn._set_input_buffer(self.cross_cache, {
-                    name: t.index_select(0, rows) if t is not None else None for name, t in buf.items()})
+        self.encoder.select_rows(rows)
