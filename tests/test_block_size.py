@@ -1,7 +1,7 @@
 """The draft-width policy (fairseq_plugins/decoding/block_size.py): widths follow what the drafts
 achieve, a batch whose drafts never pay takes plain steps and probes now and then, and the fixed
 policy is the papers' setting."""
-from fairseq_plugins.decoding.block_size import (MAX_PROBE, PROBE, AdaptiveBlock, FixedBlock, draft_lengths,
+from fairseq_plugins.decoding.block_size import (MAX_PROBE, PROBE, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths,
                                                  slot_threshold)
 
 
@@ -28,21 +28,36 @@ def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
 
 def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
     policy = AdaptiveBlock()
-    policy.begin(32, 4)
-    policy.update([4] * 32, [0] * 32)
-    policy.update([4] * 32, [0] * 32)
+    policy.begin(PROBE_ROWS, 4)
+    rows = PROBE_ROWS
+    policy.update([4] * rows, [0] * rows)
+    policy.update([4] * rows, [0] * rows)
     widths = []
     for _ in range(PROBE + 2 * PROBE + 1):
         w = policy.width()
         widths.append(w)
-        policy.update([w] * 32, [0] * 32)  # nothing accepted, also when probing
+        policy.update([w] * rows, [0] * rows)  # nothing accepted, also when probing
     probes = [i for i, w in enumerate(widths) if w]
     assert all(w in (0, 1) for w in widths)
     assert probes[:2] == [PROBE - 1, PROBE - 1 + 2 * PROBE]  # the gap doubled after a probe that did not pay
     for _ in range(10 * MAX_PROBE):
         w = policy.width()
-        policy.update([w] * 32, [0] * 32)
+        policy.update([w] * rows, [0] * rows)
     assert policy.gap == MAX_PROBE  # the gap stops doubling
+
+
+def test_no_probes_while_many_rows_are_left():
+    policy = AdaptiveBlock()
+    policy.begin(32, 4)  # the prior does not pay at batch 32: plain steps from the start
+    widths = [policy.width() for _ in range(4 * PROBE)]
+    assert widths == [0] * len(widths) and not policy.expects_draft() and not policy.stopped()
+    policy.select_rows(list(range(PROBE_ROWS)))  # rows left: probing resumes
+    widths = []
+    for _ in range(2 * PROBE):
+        widths.append(policy.width())
+        if widths[-1]:
+            policy.update([1] * PROBE_ROWS, [0] * PROBE_ROWS)
+    assert widths.count(1) == 1
 
 
 def test_a_probe_that_pays_restores_drafting():
@@ -77,14 +92,14 @@ def test_draft_lengths_count_leading_non_pad_tokens():
 
 def test_expects_draft_is_false_only_when_the_next_width_is_zero():
     policy = AdaptiveBlock()
-    policy.begin(32, 4)
+    policy.begin(PROBE_ROWS, 4)
     widths, expects = [], []
     for it in range(6 * PROBE):
         w = policy.width()
         widths.append(w)
         expects.append(policy.expects_draft())
         if w:
-            policy.update([w] * 32, [0] * 32)
+            policy.update([w] * PROBE_ROWS, [0] * PROBE_ROWS)
     assert not all(expects) and any(widths)  # idle stretches and probes both happen
     for i in range(len(widths) - 1):
         if not expects[i]:
