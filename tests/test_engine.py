@@ -67,6 +67,33 @@ def test_stats_accumulate_and_reset(setup):
     assert gen.stats["model_calls"] == 0 and gen.stats["iterations"] == 0
 
 
+# ---- scoring only the columns some row uses (CPU) ----
+
+@pytest.mark.parametrize("acceptance", ["exact", "topk", "min_block", "gad_pp"])
+def test_scoring_until_every_row_rejected_changes_nothing(setup, acceptance):
+    """The engine projects the fed columns chunk by chunk and stops once every row has rejected a
+    draft token; hypotheses, scores and every count equal those of scoring all columns, under every
+    prefix acceptance rule (the relaxed ones accept long drafts: several chunks)."""
+    models, task, batches, _ = setup
+    task.cfg.adaptive_block_size = "off"  # full-width drafts, so that the chunks matter
+    try:
+        results = []
+        for lazy in (False, True):
+            gen = engine(models, task, "input_copy", acceptance=acceptance, block_size=7, gad_beta=5, gad_tau=5.0)
+            gen.lazy_verify = lazy
+            hyps = {**decode_all(gen, models, batches[8]), **{-1 - k: h for k, h in
+                                                              decode_all(gen, models, batches[1][:12]).items()}}
+            results.append((hyps, dict(gen.stats)))
+    finally:
+        task.cfg.adaptive_block_size = "auto"
+    (full, full_stats), (lazy, lazy_stats) = results
+    assert mismatches(full, lazy) == []
+    for k in full:
+        assert torch.allclose(full[k]["positional_scores"], lazy[k]["positional_scores"], atol=1e-5)
+    assert full_stats == lazy_stats
+    assert lazy_stats["draft_accepted"] > 0
+
+
 # ---- KV cache cut-back ----
 
 def _scratch_lprobs(verifier, src, tokens):

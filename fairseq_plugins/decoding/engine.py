@@ -81,6 +81,7 @@ class DraftVerifyGenerator:
         adaptive = drafter.adaptive_block if adaptive_block_size == "auto" else adaptive_block_size == "on"
         probe = drafter.drafts_after_plain_steps
         self.block_policy = (lambda: AdaptiveBlock(probe=probe)) if adaptive else FixedBlock
+        self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
         self.reset_stats()
 
     # ---- stats ----
@@ -183,22 +184,16 @@ class DraftVerifyGenerator:
             tokens = torch.cat([last, draft], dim=1) if m > 1 else last
             # positions past max_len are never accepted (EOS forced there); keep them inside the table
             positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps
-            logits, hidden = verifier(cache, tokens, positions)
-            if self.temperature != 1.0:
-                logits = logits.div_(self.temperature)
-            lprobs = verifier.log_probs(logits)
-            # fairseq's greedy constraints (sequence_generator.py: pad, unk, max_len, min_len)
-            lprobs[:, :, self.pad] = -math.inf
-            if self.unk_penalty:
-                lprobs[:, :, self.unk] -= self.unk_penalty
-            if longest + m - 1 >= max_len:
-                lprobs.masked_fill_((steps >= max_len).unsqueeze(-1) & not_eos, -math.inf)
-            if iteration < self.min_len:  # every row has >= iteration tokens
-                lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
-            # the verifier's own token where fairseq's BeamSearch.step puts it: topk over lprobs + running score
-            running = self._running_scores(score, lprobs, draft)
-            top = (lprobs + running.unsqueeze(2)).topk(2 if self.vocab_size > 2 else 1, dim=2).indices[..., 0]
-            top_lprob = lprobs.gather(2, top.unsqueeze(2)).squeeze(2)
+            lazy = m > 2 and self._lazy_columns(drafter, device)
+            logits, hidden = verifier(cache, tokens, positions, project=None if lazy else slice(None))
+            fed_draft, m_fed = draft, m  # what the call scored (the stats and the width policy count these)
+            if not lazy:
+                lprobs = self._constrained(logits, steps, longest, max_len, iteration, not_eos)
+                top, top_lprob = self._top(score, lprobs, draft)
+            else:  # project onto the vocabulary only up to the columns some row still needs
+                lprobs, top, top_lprob, m = self._score_until_rejected(
+                    verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration, not_eos)
+                draft, hidden = draft[:, : m - 1], hidden[:, :m]
             if m > 1:
                 accepted = acceptance(draft, lprobs, top)
                 fed = arange[:m].unsqueeze(0)
@@ -225,13 +220,13 @@ class DraftVerifyGenerator:
                 score = score + new_lp[:, 0]
             n_before = n_gen
             n_gen = n_gen + count
-            drafter.observe(StepResult(draft=draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
+            drafter.observe(StepResult(draft=fed_draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
                                        n_before=n_before, out=out, hidden=hidden))
-            if m > 1:
-                proposed = dlen.clamp(max=draft.size(1))  # draft slots each row sent
+            if m_fed > 1:
+                proposed = dlen.clamp(max=fed_draft.size(1))  # draft slots each row sent
                 # what the width policy learns from: real draft tokens only (Jacobi also scores its
                 # PAD-initialised slots, which are never accepted and say nothing about its drafts)
-                real = draft_lengths(draft, self.pad) if policy.adaptive else None
+                real = draft_lengths(fed_draft, self.pad) if policy.adaptive else None
                 if count_stats:
                     counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
             if propose:
@@ -243,13 +238,13 @@ class DraftVerifyGenerator:
             # the one host synchronisation of the iteration: finished rows, lengths, what the drafts
             # achieved (for the width policy) and the longest next draft
             parts = [ended.long(), n_gen]
-            if m > 1:
+            if m_fed > 1:
                 parts += [real if policy.adaptive else proposed, accepted]
             if draft.size(1):
                 parts.append(dlen.masked_fill(ended, 0).max().view(1))
             host = torch.cat(parts).tolist()
             done, lengths = host[:cur], host[cur : 2 * cur]
-            if m > 1:
+            if m_fed > 1:
                 policy.update(host[2 * cur : 3 * cur], host[3 * cur : 4 * cur])
             k_next = host[-1] if draft.size(1) else 0
             cache.commit(count, max(lengths), min(lengths) == max(lengths))  # cut back to the accepted tokens
@@ -285,6 +280,63 @@ class DraftVerifyGenerator:
         else:
             stats["model_calls"] += iteration
         return finalized
+
+    # ---- scoring the fed columns ----
+    def _constrained(self, logits, steps, longest, max_len, iteration, not_eos):
+        """Log-probs of fed columns whose steps are ``steps`` (``(m,)`` or ``(B, m)``), with fairseq's
+        greedy constraints (sequence_generator.py: pad, unk, max_len, min_len)."""
+        if self.temperature != 1.0:
+            logits = logits.div_(self.temperature)
+        lprobs = self.verifier.log_probs(logits)
+        lprobs[:, :, self.pad] = -math.inf
+        if self.unk_penalty:
+            lprobs[:, :, self.unk] -= self.unk_penalty
+        if longest + steps.size(-1) - 1 >= max_len:  # ``longest``: the longest row's step at the first column
+            lprobs.masked_fill_((steps >= max_len).unsqueeze(-1) & not_eos, -math.inf)
+        if iteration < self.min_len:  # every row has >= iteration tokens
+            lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
+        return lprobs
+
+    def _top(self, score, lprobs, draft):
+        """The verifier's own token at every column, where fairseq's BeamSearch.step puts it: topk over
+        lprobs + the running score; and its log-prob."""
+        running = self._running_scores(score, lprobs, draft)
+        top = (lprobs + running.unsqueeze(2)).topk(2 if self.vocab_size > 2 else 1, dim=2).indices[..., 0]
+        return top, lprobs.gather(2, top.unsqueeze(2)).squeeze(2)
+
+    def _lazy_columns(self, drafter: Drafter, device) -> bool:
+        """Project the verifier's columns onto the vocabulary chunk by chunk, stopping once every row
+        has rejected a draft token?  On a CPU a column's projection costs about as much as a whole
+        decoder layer pass at d=128 (the product with the (V, d) matrix does not get cheaper per row
+        when rows are added, as it does on a GPU), and the columns after every row's first rejection
+        are never used; each chunk costs a host read, free on a CPU.  Not for drafters whose next
+        draft is the scored columns themselves (Jacobi)."""
+        if self.lazy_verify is not None:
+            return self.lazy_verify and not drafter.needs_all_columns
+        return device.type == "cpu" and not drafter.needs_all_columns
+
+    def _score_until_rejected(self, verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration,
+                              not_eos):
+        """Score columns 0..1, then 2..3, 4..7, ... of the fed ``[last, d_1..d_{m-1}]`` until every row
+        has a rejected draft token among them (acceptance rules are prefix rules: a row's accepted
+        length is final once a column rejects).  Returns lprobs/top/top_lprob of the first ``m'``
+        columns and ``m'`` = the longest accepted prefix + 1 (the columns any row uses), which
+        equal the full call's (each column's log-probs depend on that column only; the running
+        score only on earlier columns)."""
+        m = hidden.size(1)
+        parts, b = [], 0
+        while True:
+            a, b = b, min(m, max(2, 2 * b))
+            parts.append(self._constrained(verifier.project(hidden[:, a:b]), steps[..., a:b], longest + a, max_len,
+                                           iteration, not_eos))
+            lprobs = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+            top, top_lprob = self._top(score, lprobs, draft[:, : b - 1])
+            if b == m:
+                return lprobs, top, top_lprob, m
+            longest_accepted = int(acceptance(draft[:, :b], lprobs, top).max())  # a host read per chunk
+            if longest_accepted < b:  # every row rejected within the scored columns
+                used = longest_accepted + 1
+                return lprobs[:, :used], top[:, :used], top_lprob[:, :used], used
 
     @staticmethod
     def _next_draft(drafter: Drafter, out: Tensor, n_gen: Tensor):

@@ -203,7 +203,8 @@ class DecoderStep:
 
     # ---- one call ----
     def __call__(self, cache: Optional[KVCache], tokens: Tensor, slots: Tensor, causal: bool = True,
-                 attn_mask: Optional[Tensor] = None, encoder: Optional[KVCache] = None, project: slice = slice(None)):
+                 attn_mask: Optional[Tensor] = None, encoder: Optional[KVCache] = None,
+                 project: Optional[slice] = slice(None)):
         """Logits and last hidden states of ``tokens`` ``(B, m)`` at logical ``slots`` (``(B, m)``,
         or ``(m,)`` when every row is at the same slots).
 
@@ -215,7 +216,7 @@ class DecoderStep:
         Without a cache (``cache=None``): the tokens attend only to each other under ``attn_mask``
         (a non-autoregressive drafter's bidirectional pass); ``encoder`` then holds the encoder
         keys/values (a cache from ``begin``).  ``project``: the positions whose logits are wanted
-        (all by default; the hidden states returned are always all of them)."""
+        (all by default; None: no logits; the hidden states returned are always all of them)."""
         B, m = tokens.shape
         x = self.embed(tokens, slots)
         enc_side = cache if cache is not None else encoder
@@ -240,7 +241,7 @@ class DecoderStep:
             x = dec.layer_norm(x)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
-        return self.output_layer(x[:, project]), x
+        return (None if project is None else self.output_layer(x[:, project])), x
 
     def output_layer(self, x: Tensor) -> Tensor:
         return self.vocab_projection(x)

@@ -40,9 +40,14 @@ class Verifier:
         encoder_out = self.model.encoder.forward_torchscript(net_input)
         return self.step.begin(encoder_out, capacity)
 
-    def __call__(self, cache: KVCache, tokens: Tensor, slots: Tensor):
+    def __call__(self, cache: KVCache, tokens: Tensor, slots: Tensor, project: Optional[slice] = slice(None)):
         """``(logits (B, m, V), hidden (B, m, d))`` for ``tokens`` at ``slots`` after each row's cache;
-        their keys/values are written at the rows' lengths (the engine commits what it accepts)."""
-        return self.step(cache, tokens, slots)
+        their keys/values are written at the rows' lengths (the engine commits what it accepts).
+        ``project=None``: no logits (``project(hidden[:, a:b])`` gives them column range by range)."""
+        return self.step(cache, tokens, slots, project=project)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """Logits of hidden states from ``__call__``: the decoder's output projection."""
+        return self.step.output_layer(hidden)
 
     log_probs = staticmethod(DecoderStep.log_probs)

@@ -57,13 +57,14 @@ class DraftContext:
 @dataclass
 class StepResult:
     draft: Tensor        # (B, K) what was proposed
-    top: Tensor          # (B, K+1) the verifier's argmax at every fed position
-    top_lprob: Tensor    # (B, K+1) its log-probability
+    top: Tensor          # (B, m) the verifier's argmax at the first m fed positions: all K+1, or (when no
+                         # drafter needs_all_columns) up to the longest accepted prefix + 1
+    top_lprob: Tensor    # (B, m) its log-probability
     accepted: Tensor     # (B,) accepted draft tokens
     count: Tensor        # (B,) tokens appended to the output (accepted + the verifier's, cut at EOS)
     n_before: Tensor     # (B,) tokens generated before this step
     out: Tensor          # (B, W) the output buffer after this step
-    hidden: Optional[Tensor] = None  # (B, K+1, d) verifier's last hidden states (before the output projection)
+    hidden: Optional[Tensor] = None  # (B, m, d) verifier's last hidden states (before the output projection)
 
 
 class Drafter:
@@ -75,6 +76,9 @@ class Drafter:
     # positions that a plain step did not compute
     drafts_after_plain_steps = True
     standalone = False  # True: proposes without the verifier's feedback, so it can decode alone (--acceptance all)
+    # True: observe() needs the verifier's prediction at every fed column, also past the first rejection
+    # (Jacobi: they are its next iterate); False lets the engine skip projecting columns no row uses
+    needs_all_columns = False
 
     def begin(self, ctx: DraftContext) -> None:
         self.ctx = ctx

@@ -34,6 +34,7 @@ from fairseq_plugins.decoding.drafters import Drafter, StepResult, block_size_of
 class JacobiDrafter(Drafter):
     adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     drafts_after_plain_steps = False  # after a plain step the next positions hold no prediction yet
+    needs_all_columns = True  # the verifier's predictions at every fed position are the next iterate (Eq. 4)
     def __init__(self, variant: str, block_size: int, record: bool = False):
         if variant not in ("pj", "pgj", "hgj"):
             raise ValueError(f"unknown Jacobi variant {variant!r}")
