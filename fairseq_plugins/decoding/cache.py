@@ -10,7 +10,8 @@ that hides each row's columns past its own length.  Cutting a row back to the to
 rejected columns are simply overwritten by the next call.  Nothing is concatenated, nothing
 gathered, the prefix is never recomputed.
 
-The encoder's keys and values are projected once per batch (``enc_k``/``enc_v``).  Rows leave the
+The encoder's keys and values are projected once per batch (``enc_k``/``enc_v``), once per source:
+with ``group`` = beam size, the beams of a sentence (consecutive rows) share them.  Rows leave the
 batch (finished sentences) or are reordered (beam search) with ``select_rows``: an index_select of
 the used columns only.
 
@@ -26,11 +27,12 @@ from torch import Tensor
 
 class KVCache:
     def __init__(self, k: List[Tensor], v: List[Tensor], enc_k: List[Tensor], enc_v: List[Tensor],
-                 enc_mask: Optional[Tensor]):
+                 enc_mask: Optional[Tensor], group: int = 1):
         self.k, self.v = k, v                    # per layer (B, H, capacity, dh)
-        self.enc_k, self.enc_v = enc_k, enc_v    # per layer (B, H, S, dh)
-        self.enc_mask = enc_mask                 # (B, 1, 1, S) bool, True = a real source token; None: no padding
-        bsz = k[0].size(0) if k else enc_k[0].size(0)
+        self.enc_k, self.enc_v = enc_k, enc_v    # per layer (B / group, H, S, dh)
+        self.enc_mask = enc_mask                 # (B / group, 1, 1, S) bool, True = a real source token; None: no padding
+        self.group = group                       # consecutive rows sharing one source (the beams of a sentence)
+        bsz = k[0].size(0) if k else enc_k[0].size(0) * group
         device = (k or enc_k)[0].device
         self.lengths = torch.zeros(bsz, dtype=torch.long, device=device)
         self.max_length = 0                      # host: max(lengths)
@@ -67,17 +69,20 @@ class KVCache:
         self.max_length += count
 
     def select_rows(self, rows: Tensor, aligned: Optional[bool] = None, max_length: Optional[int] = None):
-        """Keep only ``rows`` (finished sentences leave; beam search reorders), in that order."""
+        """Keep only ``rows`` (finished sentences leave; beam search reorders), in that order.  With
+        ``group`` > 1 the rows come in whole groups, each from one group (its source's)."""
         used = self.max_length
         for buffers in (self.k, self.v):
             for i, buf in enumerate(buffers):
                 kept = buf.new_zeros(rows.numel(), buf.size(1), buf.size(2), buf.size(3))
                 kept[:, :, :used] = buf[:, :, :used].index_select(0, rows)
                 buffers[i] = kept
-        self.enc_k = [t.index_select(0, rows) for t in self.enc_k]
-        self.enc_v = [t.index_select(0, rows) for t in self.enc_v]
+        sources = rows if self.group == 1 else torch.div(rows.view(-1, self.group)[:, 0], self.group,
+                                                         rounding_mode="floor")
+        self.enc_k = [t.index_select(0, sources) for t in self.enc_k]
+        self.enc_v = [t.index_select(0, sources) for t in self.enc_v]
         if self.enc_mask is not None:
-            self.enc_mask = self.enc_mask.index_select(0, rows)
+            self.enc_mask = self.enc_mask.index_select(0, sources)
         self.lengths = self.lengths.index_select(0, rows)
         if max_length is not None:
             self.max_length = int(max_length)

@@ -43,10 +43,9 @@ class ModelStepper:
         src_tokens = net_input["src_tokens"]
         encoder_out = model.encoder.forward_torchscript(
             {"src_tokens": src_tokens, "src_lengths": net_input["src_lengths"]})
-        expand = torch.arange(src_tokens.size(0), device=src_tokens.device).repeat_interleave(beam)
-        encoder_out = model.encoder.reorder_encoder_out(encoder_out, expand)
         self.step_fn = DecoderStep(model.decoder)
-        self.cache = self.step_fn.begin(encoder_out, capacity)
+        # rows = sentence-major beams; the beams of a sentence share its encoder keys/values (one copy)
+        self.cache = self.step_fn.begin(encoder_out, capacity, group=beam)
         self.order = order
         self.z = order.z
         self._masks = {}

@@ -114,9 +114,10 @@ class DecoderStep:
         self.vocab_projection = VocabProjection(decoder)
 
     # ---- per batch ----
-    def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None) -> KVCache:
+    def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None, group: int = 1) -> KVCache:
         """A fresh cache: the encoder's keys/values projected once per layer; self-attention
-        buffers of ``capacity`` columns per row (they grow if a call needs more)."""
+        buffers of ``capacity`` columns per row (they grow if a call needs more).  ``group``: rows per
+        source (beam search: the encoder output is per sentence, its ``group`` beams share it)."""
         enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
         pad = (encoder_out["encoder_padding_mask"][0]
                if encoder_out and len(encoder_out.get("encoder_padding_mask", [])) else None)
@@ -138,9 +139,9 @@ class DecoderStep:
         enc_mask = None
         if pad is not None and bool(pad.any()):  # once per batch
             enc_mask = (~pad).view(B, 1, 1, -1)
-        k = [weight.new_zeros(B, H, capacity, dh) for _ in self.layers]
-        v = [weight.new_zeros(B, H, capacity, dh) for _ in self.layers]
-        return KVCache(k, v, enc_k, enc_v, enc_mask)
+        k = [weight.new_zeros(B * group, H, capacity, dh) for _ in self.layers]
+        v = [weight.new_zeros(B * group, H, capacity, dh) for _ in self.layers]
+        return KVCache(k, v, enc_k, enc_v, enc_mask, group=group)
 
     # ---- embeddings ----
     def _positions(self, slots: Tensor, like: Tensor) -> Optional[Tensor]:
@@ -277,7 +278,9 @@ class DecoderStep:
         _, _, _, enc_side, B, m = ctx
         residual = x
         h = _ln(x, lw.ea_ln) if lw.pre else x
-        q = _linear(h, lw.ea_q).view(B, m, self.heads, self.head_dim).transpose(1, 2)
+        H, dh, g = self.heads, self.head_dim, enc_side.group
+        # (B, m, H, dh) -> per source: (B / g, H, g * m, dh); the g rows of a source attend to its keys at once
+        q = _linear(h, lw.ea_q).view(B // g, g * m, H, dh).transpose(1, 2)
         a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_side.enc_mask)
         x = residual + _linear(a.transpose(1, 2).reshape(B, m, -1), lw.ea_o)
         return x if lw.pre else _ln(x, lw.ea_ln)
