@@ -23,6 +23,7 @@ stock decoder embeds as fairseq does (``padding_idx + 1 + slot``).  A decoder wh
 ``embed_positions`` has an ``embed_slots(slots, like)`` method (the reordered transformer: signed
 or learned order positions, direction and start-slot embeddings) embeds the slots itself.
 """
+import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -192,15 +193,18 @@ class DecoderStep:
             mask = self._masks[key] = cols.unsqueeze(0) <= (past + torch.arange(m, device=device)).unsqueeze(1)
         return mask
 
-    def self_attn_mask(self, cache: KVCache, m: int, causal: bool, device) -> Optional[Tensor]:
-        """Boolean (True = attend) mask over the ``max_length + m`` used columns, or None."""
+    def self_attn_mask(self, cache: KVCache, m: int, causal: bool, device, dtype=torch.float32) -> Optional[Tensor]:
+        """Mask over the ``max_length + m`` used columns (boolean, True = attend, or additive in
+        ``dtype`` for rows of different lengths), or None."""
         if cache.aligned:
             if m == 1 or not causal:
                 return None
             return self._causal(cache.max_length, m, device)
         cols = torch.arange(cache.max_length + m, device=device).view(1, 1, 1, -1)
         reach = torch.arange(1, m + 1, device=device) if causal else torch.full((m,), m, device=device)
-        return cols < (cache.lengths.view(-1, 1, 1, 1) + reach.view(1, 1, m, 1))
+        allowed = cols < (cache.lengths.view(-1, 1, 1, 1) + reach.view(1, 1, m, 1))
+        # additive, built once per call: SDPA would convert a boolean mask in every layer
+        return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, -math.inf)
 
     # ---- one call ----
     def __call__(self, cache: Optional[KVCache], tokens: Tensor, slots: Tensor, causal: bool = True,
@@ -225,7 +229,7 @@ class DecoderStep:
             past = cache.max_length
             T = past + m
             cache.ensure_capacity(T)
-            mask = attn_mask if attn_mask is not None else self.self_attn_mask(cache, m, causal, x.device)
+            mask = attn_mask if attn_mask is not None else self.self_attn_mask(cache, m, causal, x.device, x.dtype)
             scatter = None
             if not cache.aligned:
                 scatter = (cache.lengths.view(B, 1, 1, 1) + torch.arange(m, device=x.device).view(1, 1, m, 1)
