@@ -6,7 +6,8 @@ Per iteration, for all unfinished rows at once:
    block-size policy (``block_size``: fixed, or adapted to what the drafts achieve) caps the width;
 2. the verifier scores ``[last token, d_1..d_k]`` after each row's KV cache in ONE call of the lean
    decoder step (causal inside the draft, each row's logical positions), ``k`` = the widest useful
-   draft of the batch, not ``K``;
+   draft of the batch, not ``K``; on a CPU its columns are projected onto the vocabulary only up
+   to the last one some row uses (``_score_until_rejected``);
 3. fairseq's greedy constraints are applied to the log-probs (PAD, unk penalty, no EOS before
    ``min_len``, EOS forced at ``max_len``), the acceptance rule picks ``n`` draft tokens, and the
    row is extended by ``d_1..d_n`` plus the verifier's own token at the bifurcation (Stern et al.
