@@ -363,7 +363,7 @@ def family_of(row):
         return "non-autoregressive"  # Mask-Predict; a drafter decoding alone (GAD's "NAR drafter" row)
     if _flag(args, "--drafter") not in (None, "none"):
         return "draft-and-verify"
-    if any(_flag(args, f) is not None for f in ("--target-order", "--tokens-per-direction", "--directions")):
+    if any(_flag(args, f) is not None for f in ("--target-order", "--tokens-per-direction", "--directions", "--double-topk")):
         return "orders"
     return "anchors"  # fairseq's own greedy and beam, and the engine's greedy (--drafter none): no method on top
 

@@ -228,6 +228,8 @@ def test_family_defaults_from_the_row():
     assert benchmark.family_of({"method": "GAD drafter alone", "args": "--drafter nar --acceptance all"}) \
         == "non-autoregressive"
     assert benchmark.family_of({"method": "x", "args": "--drafter nar", "family": "orders"}) == "orders"
+    # a reordered checkpoint knows its order: DOUBLETOPK alone marks the row as an order's search
+    assert benchmark.family_of({"method": "head-tail", "args": "--task fast_translation --double-topk"}) == "orders"
     with pytest.raises(benchmark.BenchmarkError, match="unknown family"):
         benchmark.family_of({"method": "x", "family": "fast"})
 
