@@ -307,11 +307,11 @@ class DraftVerifyGenerator:
 
     def _lazy_columns(self, drafter: Drafter, device) -> bool:
         """Project the verifier's columns onto the vocabulary chunk by chunk, stopping once every row
-        has rejected a draft token?  On a CPU a column's projection costs about as much as a whole
-        decoder layer pass at d=128 (the product with the (V, d) matrix does not get cheaper per row
-        when rows are added, as it does on a GPU), and the columns after every row's first rejection
-        are never used; each chunk costs a host read, free on a CPU.  Not for drafters whose next
-        draft is the scored columns themselves (Jacobi)."""
+        has rejected a draft token?  On a CPU the product with the (V, d) output matrix does not get
+        cheaper per row as rows are added, as it does on a GPU (d=128, V=8K: 0.07 ms for 1 row, 0.41 ms
+        for 10), and the columns after every row's first rejection are never used; each chunk costs
+        a host read, free on a CPU.  Not for drafters whose next draft is the scored columns
+        themselves (Jacobi)."""
         if self.lazy_verify is not None:
             return self.lazy_verify and not drafter.needs_all_columns
         return device.type == "cpu" and not drafter.needs_all_columns
