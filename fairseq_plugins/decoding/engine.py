@@ -188,15 +188,18 @@ class DraftVerifyGenerator:
             lazy = m > 2 and self._lazy_columns(drafter, device)
             logits, hidden = verifier(cache, tokens, positions, project=None if lazy else slice(None))
             fed_draft, m_fed = draft, m  # what the call scored (the stats and the width policy count these)
+            accepted = None
             if not lazy:
                 lprobs = self._constrained(logits, steps, longest, max_len, iteration, not_eos)
-                top, top_lprob = self._top(score, lprobs, draft)
+                top, top_lprob = self._top(lprobs, self._running_scores(score, lprobs, draft))
             else:  # project onto the vocabulary only up to the columns some row still needs
-                lprobs, top, top_lprob, m = self._score_until_rejected(
+                lprobs, top, top_lprob, accepted = self._score_until_rejected(
                     verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration, not_eos)
+                m = lprobs.size(1)
                 draft, hidden = draft[:, : m - 1], hidden[:, :m]
             if m > 1:
-                accepted = acceptance(draft, lprobs, top)
+                if accepted is None:
+                    accepted = acceptance(draft, lprobs, top)
                 fed = arange[:m].unsqueeze(0)
                 new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft, top[:, -1:]], dim=1), top)
                 new_lp = lprobs.gather(2, new.unsqueeze(2)).squeeze(2)
@@ -264,8 +267,8 @@ class DraftVerifyGenerator:
                 dlen = dlen.index_select(0, keep_t) if dlen is not None else None
             k_next = min(k_next, policy.width())
             propose = policy.expects_draft()
-            if not propose and policy.stopped():  # no draft for the rest of this batch: plain greedy steps,
-                drafter = NoDraft()               # the drafter's bookkeeping stops too
+            if not propose and policy.stopped() and not isinstance(drafter, NoDraft):
+                drafter = NoDraft()  # no draft for the rest of this batch: plain steps, no drafter bookkeeping
             if draft.size(1) > k_next:
                 draft = draft[:, :k_next]
         if count_stats:
@@ -298,10 +301,9 @@ class DraftVerifyGenerator:
             lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
         return lprobs
 
-    def _top(self, score, lprobs, draft):
+    def _top(self, lprobs, running):
         """The verifier's own token at every column, where fairseq's BeamSearch.step puts it: topk over
-        lprobs + the running score; and its log-prob."""
-        running = self._running_scores(score, lprobs, draft)
+        lprobs + the running score before the column (``_running_scores``); and its log-prob."""
         top = (lprobs + running.unsqueeze(2)).topk(2 if self.vocab_size > 2 else 1, dim=2).indices[..., 0]
         return top, lprobs.gather(2, top.unsqueeze(2)).squeeze(2)
 
@@ -321,23 +323,30 @@ class DraftVerifyGenerator:
         """Score columns 0..1, then 2..3, 4..7, ... of the fed ``[last, d_1..d_{m-1}]`` until every row
         has a rejected draft token among them (acceptance rules are prefix rules: a row's accepted
         length is final once a column rejects).  Returns lprobs/top/top_lprob of the first ``m'``
-        columns and ``m'`` = the longest accepted prefix + 1 (the columns any row uses), which
-        equal the full call's (each column's log-probs depend on that column only; the running
-        score only on earlier columns)."""
+        columns, ``m'`` = the longest accepted prefix + 1 (the columns any row uses), which equal
+        the full call's (each column's log-probs depend on that column only; the running score only
+        on earlier columns), and the accepted lengths (None when every column was scored: the
+        caller's acceptance call decides)."""
         m = hidden.size(1)
-        parts, b = [], 0
+        lprobs_parts, top_parts, top_lp_parts = [], [], []
+        b, before = 0, score  # ``before``: the running score before column ``b``
         while True:
             a, b = b, min(m, max(2, 2 * b))
-            parts.append(self._constrained(verifier.project(hidden[:, a:b]), steps[..., a:b], longest + a, max_len,
-                                           iteration, not_eos))
-            lprobs = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-            top, top_lprob = self._top(score, lprobs, draft[:, : b - 1])
+            lp = self._constrained(verifier.project(hidden[:, a:b]), steps[..., a:b], longest + a, max_len,
+                                   iteration, not_eos)
+            running = self._running_scores(before, lp, draft[:, a:b])  # (B, b - a [+ 1: before column b])
+            top, top_lp = self._top(lp, running[:, : b - a])
+            lprobs_parts.append(lp), top_parts.append(top), top_lp_parts.append(top_lp)
+            before = running[:, -1]
+            lprobs, top, top_lp = (t[0] if len(t) == 1 else torch.cat(t, dim=1)
+                                   for t in (lprobs_parts, top_parts, top_lp_parts))
             if b == m:
-                return lprobs, top, top_lprob, m
-            longest_accepted = int(acceptance(draft[:, :b], lprobs, top).max())  # a host read per chunk
+                return lprobs, top, top_lp, None
+            accepted = acceptance(draft[:, :b], lprobs, top)
+            longest_accepted = int(accepted.max())  # a host read per chunk
             if longest_accepted < b:  # every row rejected within the scored columns
                 used = longest_accepted + 1
-                return lprobs[:, :used], top[:, :used], top_lprob[:, :used], used
+                return lprobs[:, :used], top[:, :used], top_lp[:, :used], accepted
 
     @staticmethod
     def _next_draft(drafter: Drafter, out: Tensor, n_gen: Tensor):
