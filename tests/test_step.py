@@ -106,8 +106,9 @@ def test_engine_breaks_exact_ties_as_fairseq_greedy(tmp_path):
     src, lengths, _ = _inputs(n=6, src_len=9, seed=3)
     sample = {"id": torch.arange(6), "net_input": {"src_tokens": src, "src_lengths": lengths}}
     ref = SequenceGenerator([model], task.target_dictionary, beam_size=1, max_len_b=20).generate([model], sample)
-    for drafter in ("none", "jacobi_hgj"):
-        task.cfg.drafter, task.cfg.block_size = drafter, 3
+    # input_copy at full width: its verify calls are scored column-wise (chunks) on a CPU
+    for drafter in ("none", "jacobi_hgj", "input_copy"):
+        task.cfg.drafter, task.cfg.block_size, task.cfg.adaptive_block_size = drafter, 3, "off"
         gen = task.build_generator([model], Namespace(beam=1, max_len_a=0.0, max_len_b=20, min_len=1, unkpen=0.0,
                                                       lenpen=1.0, unnormalized=False, temperature=1.0))
         hyps = gen.generate([model], sample)
