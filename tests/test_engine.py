@@ -43,6 +43,35 @@ def test_exact_equals_fairseq_greedy_on_every_sentence(setup, drafter, bs):
         assert gen.mean_accepted() >= 1.0
 
 
+class _SpyStep:
+    """The verifier's lean step, recording whether each call ran under torch.inference_mode."""
+
+    def __init__(self, inner):
+        self.inner, self.modes = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        self.modes.append(torch.is_inference_mode_enabled())
+        return self.inner(*args, **kwargs)
+
+
+def test_decodes_under_inference_mode_and_hands_back_ordinary_tensors(setup):
+    """generate() runs its decode under torch.inference_mode (the step's dispatch is cheaper there)
+    yet returns tensors fairseq's generate.py may update in place (it divides positional_scores)."""
+    models, task, batches, refs = setup
+    gen = engine(models, task, "input_copy", block_size=3)
+    spy = gen.verifier.step = _SpyStep(gen.verifier.step)
+    hyps = decode_all(gen, models, batches[8])
+    assert spy.modes and all(spy.modes)
+    assert mismatches(refs[8], hyps) == []
+    for h in hyps.values():
+        for key in ("tokens", "score", "positional_scores"):
+            assert not h[key].is_inference(), key
+        h["positional_scores"].div_(2.0)  # as fairseq_cli/generate.py does; an inference tensor refuses it
+
+
 def test_jacobi_block_of_one_greedy_oracle_and_larger_blocks(setup):
     models, task, batches, refs = setup
     for drafter, block in (("jacobi_pgj", 1), ("jacobi_hgj", 6)):

@@ -40,6 +40,7 @@ from torch import Tensor
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
 from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock, draft_lengths
 from fairseq_plugins.decoding.drafters import DraftContext, Drafter, NoDraft, StepResult, build_drafter
+from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.verifier import Verifier
 
 
@@ -102,7 +103,7 @@ class DraftVerifyGenerator:
     def eval(self):
         return self
 
-    @torch.no_grad()
+    @inference_generate
     def generate(self, models, sample, prefix_tokens: Optional[Tensor] = None, constraints=None, **kwargs):
         if prefix_tokens is not None:
             raise DraftVerifyOptionError("--drafter does not support --prefix-size; drop one of them")

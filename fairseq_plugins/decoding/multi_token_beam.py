@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.step import DecoderStep
 from fairseq_plugins.orders import OrderError
 
@@ -93,7 +94,7 @@ class MultiTokenBeamSearch:
         self.stats = {"model_calls": 0, "steps": 0}
 
     # ---- fairseq-generate entry point ----
-    @torch.no_grad()
+    @inference_generate
     def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
         if len(models) != 1:
             raise ValueError("the multi-token beam search decodes with one model; pass a single --path "

@@ -166,7 +166,8 @@ class DecoderStep:
             weight = self.decoder.embed_tokens.weight
             rows = self.decoder.max_positions() + self.pos_offset + 1
             if pos.weights.size(0) < rows:
-                pos.weights = pos.get_embedding(rows, pos.embedding_dim, pos.padding_idx)
+                with torch.inference_mode(False):  # fairseq's own module keeps an ordinary tensor (it may train on)
+                    pos.weights = pos.get_embedding(rows, pos.embedding_dim, pos.padding_idx)
             if self._table is None or self._table.device != weight.device or self._table.dtype != weight.dtype:
                 self._table = pos.weights.to(device=weight.device, dtype=weight.dtype)
 
