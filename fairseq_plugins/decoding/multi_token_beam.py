@@ -231,15 +231,16 @@ class MultiTokenBeamSearch:
         at = beam * R + idx % R
         right_tok = r_tok.reshape(n, W * R).gather(1, at)
         rlp = r_lp.reshape(n, W * R).gather(1, at)
-        llp = left_lp.reshape(n, W * V).gather(1, beam * V + ltok)
+        # left log-probs read from the contiguous (n, W, 2, V) table: no copy of the strided left half
+        llp = lprobs.reshape(n, W * 2 * V).gather(1, beam * (2 * V) + ltok)
         return cand_score, beam, torch.stack([ltok, right_tok], -1), torch.stack([llp, rlp], -1)
 
     def _forbid_early_end(self, lprobs, step):
         """``--min-len`` (fairseq: no EOS before min_len tokens): an end marker at offset i of a
         segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is forbidden
-        where that is below min_len (exact for one segment, conservative for multi_segment)."""
+        where that is below min_len (exact for one segment, conservative for multi_segment).  In
+        place: ``lprobs`` is the step's own fresh tensor (a copy cost ~2% of a beam-10 row)."""
         w = self.order.width
-        lprobs = lprobs.clone()
         for j in range(self.order.z):
             if step * self.order.z + j % w < self.min_len:
                 lprobs[:, :, j, self.eos] = -math.inf
@@ -248,9 +249,8 @@ class MultiTokenBeamSearch:
     def _force_end(self, lprobs, room):
         """Length limit (fairseq forces EOS at max_len): in the last group at most ``room`` < z
         tokens may be kept, spread over the segments; the next slot of each segment becomes EOS,
-        so every candidate of the last step is finished."""
+        so every candidate of the last step is finished.  In place, as ``_forbid_early_end``."""
         S, w = self.order.segments, self.order.width
-        lprobs = lprobs.clone()
         for seg in range(S):
             keep = room // S + (1 if seg < room % S else 0)
             if keep < w:
