@@ -137,3 +137,78 @@ def test_the_threshold_is_that_of_the_starting_batch_size():
     policy.begin(32, 4)
     policy.select_rows([0, 1])  # two rows left: drafting with the prior would pay at batch 2
     assert policy.width() == 0
+
+
+def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
+    """IAD offers no draft for a row whose output matches no source n-gram: such a row must close
+    the width even though its acceptance estimate never moves (it sends no draft token to judge)."""
+    policy = AdaptiveBlock()
+    policy.begin(2, 4)
+    assert policy.width() == 1 and policy.expects_draft()
+    widths, asked = [], 0
+    for _ in range(4 * PROBE):
+        widths.append(policy.width())
+        asked += policy.expects_draft()
+        policy.update([0, 0], [0, 0], offered=[0, 0])  # asked, nothing offered, a plain call
+    assert widths[:2] == [1, 0]  # closed after one empty ask (p = P_START: q p < theta at q = 0.75)
+    assert sum(widths) <= 3 and asked <= 6  # then only probes (gaps doubling), and the asks just before them
+    # the same rows with drafts offered (and accepted) keep the width open
+    policy = AdaptiveBlock()
+    policy.begin(2, 4)
+    for _ in range(3 * PROBE):
+        w = policy.width()
+        policy.update([w, w], [w, w], offered=[1, 1])
+    assert policy.width() == 4
+
+
+def test_a_draftless_probe_counts_as_a_probe_that_did_not_pay():
+    policy = AdaptiveBlock()
+    policy.begin(1, 4)
+    policy.update([1], [0], offered=[1])
+    policy.update([1], [0], offered=[1])
+    gaps = []
+    for _ in range(PROBE + 2 * PROBE + 2):
+        w = policy.width()
+        policy.update([0], [0], offered=[0])  # even the probe had no draft to send
+        gaps.append(policy.gap)
+    assert max(gaps) >= 4 * PROBE  # the gap doubled after each empty probe
+
+
+def test_probing_policies_carry_what_they_learned_into_the_next_batches():
+    policy = AdaptiveBlock()
+    policy.begin(1, 4)
+    assert policy.width() == 1  # the cautious prior tries one slot
+    for sentence in range(4):  # the prior learns from each sentence that leaves
+        if sentence:
+            policy.begin(1, 4)
+        policy.update([1], [0], offered=[1])  # its drafts are rejected
+    policy.begin(1, 4)
+    assert policy.prior_p < 0.3 and policy.width() == 0  # a new sentence no longer starts by drafting
+    policy.begin(1, 4)  # a sentence that sent no draft teaches nothing
+    assert policy.width() == 0
+    good = AdaptiveBlock()
+    for _ in range(3):
+        good.begin(1, 4)
+        for _ in range(6):
+            w = good.width()
+            good.update([w], [w], offered=[1])  # every draft accepted
+    good.begin(1, 4)
+    assert good.width() >= 2  # a new sentence starts wide
+    # rows that leave mid-batch teach the prior too
+    mid = AdaptiveBlock()
+    mid.begin(3, 4)
+    mid.update([4, 4, 4], [0, 0, 0], offered=[1, 1, 1])
+    before = mid.prior_p
+    mid.select_rows([0])
+    assert mid.prior_p < before
+
+
+def test_a_policy_without_probes_starts_every_batch_afresh():
+    """Jacobi (no probes): a batch that stopped drafting must not keep the next batches from drafting."""
+    policy = AdaptiveBlock(probe=False)
+    policy.begin(1, 3)
+    for _ in range(4):
+        policy.update([3], [0], offered=[1])
+    assert policy.width() == 0 and policy.stopped()
+    policy.begin(1, 3)
+    assert policy.width() == 1

@@ -6,9 +6,13 @@ batch.  ``AdaptiveBlock`` (our choice, the papers leave it open; the idea of dyn
 speculative decoding, decided here for the whole batch):
 
 * every row keeps ``p``, an estimate of the probability that its next draft token is accepted
-  given the previous one was (an exponential average of accepted / tried draft tokens);
-* slot ``w`` is verified when the tokens it is expected to add, ``p^w`` averaged over the rows
-  (0 for a row whose draft is shorter), pay for its cost: ``mean_b p_b^w >= theta(B)``, where
+  given the previous one was (an exponential average of accepted / tried draft tokens), and
+  ``q``, an estimate of the probability that its drafter has a draft at all when asked (IAD has
+  none for a row whose output matches no source n-gram; without ``q`` such a row kept its old
+  ``p`` and the width open forever: measured on the en-de demo model, the timed set's last batch
+  asked IAD for a draft in 126 of 132 iterations and got 26 draft tokens in all);
+* slot ``w`` is verified when the tokens it is expected to add, ``q p^w`` averaged over the rows,
+  pay for its cost: ``mean_b q_b p_b^w >= theta(B)``, where
   ``theta`` grows with the batch size (a drafting iteration costs ~30% more than a plain step at
   batch 1 on a CPU and ~60% more at batch 32), at most ``--block-size`` slots; inside that width
   every row sends its draft (the width is paid for anyway);
@@ -31,13 +35,16 @@ transfer per iteration brings anyway: it adds no tensor operation.  Acceptance i
 ``--block-size`` tokens.
 """
 import math
-from typing import List
+from typing import List, Optional
 
 PROBE = 8          # iterations before a batch whose drafts did not pay tries one draft slot again
 MAX_PROBE = 64     # the interval doubles after each try that did not pay, up to this
 PROBE_ROWS = 8     # no probes while more rows than this are left (IAD at batch 32: 10% slower, no call saved)
 P_START = 0.4      # a cautious start: at batch 1 one slot is tried, from about 11 rows on none (then probes)
 EMA = 0.5          # weight of the newest observation in p
+CARRY = 0.2        # weight of one finished row's final p and q in the prior of the rows to come
+Q_EMA = 0.25       # ... in q: slower, so that a row whose drafts are accepted (high p) keeps asking through
+                   # a few draftless iterations (4 at p = 0.9, batch 1), a row whose drafts fail stops at once
 
 
 def draft_lengths(draft, pad: int):
@@ -76,7 +83,7 @@ class FixedBlock:
         """True once the batch will never draft again (asked after ``expects_draft()`` said False)."""
         return False
 
-    def update(self, proposed: List[int], accepted: List[int]):
+    def update(self, proposed: List[int], accepted: List[int], offered: Optional[List[int]] = None):
         pass
 
     def select_rows(self, keep: List[int]):
@@ -88,19 +95,36 @@ class AdaptiveBlock(FixedBlock):
 
     def __init__(self, probe: bool = True):
         self.probe = probe  # False: a batch that stopped drafting takes plain steps to its end (Jacobi)
+        # what the run has learned so far (probing drafters only): a new row starts from it
+        self.prior_p, self.prior_q = P_START, 1.0
+        self.p: List[float] = []
+        self.q: List[float] = []
+        self.wait = self.gap = PROBE
 
     def begin(self, bsz, k):
         self.k = k
         self.theta = slot_threshold(bsz)  # the batch's size at the start: see the module docstring
-        self.p = [P_START] * bsz
-        self.wait = self.gap = PROBE
+        self._learn(range(len(self.p)))  # the previous batch's last rows
+        self.p = [self.prior_p] * bsz
+        self.q = [self.prior_q] * bsz  # the drafter offers a draft: what the papers' drafters do but IAD often does not
+        if not self.probe:  # no carry: a batch that stopped would keep the next ones from ever drafting
+            self.wait = self.gap = PROBE
         self.probing = self.idle = False
+
+    def _learn(self, rows):
+        """Fold the final estimates of rows that leave into the prior of the rows to come (probing
+        drafters: their probes correct a prior that turned pessimistic)."""
+        if not self.probe:
+            return
+        for i in rows:
+            self.prior_p = (1 - CARRY) * self.prior_p + CARRY * self.p[i]
+            self.prior_q = (1 - CARRY) * self.prior_q + CARRY * self.q[i]
 
     def width(self):
         theta = self.theta
         width = 0
-        for w in range(1, self.k + 1):  # mean p^w decreases with w
-            if sum(p ** w for p in self.p) < theta * len(self.p):
+        for w in range(1, self.k + 1):  # mean q p^w decreases with w
+            if sum(q * p ** w for p, q in zip(self.p, self.q)) < theta * len(self.p):
                 break
             width = w
         self.probing = False
@@ -118,17 +142,23 @@ class AdaptiveBlock(FixedBlock):
     def stopped(self):
         return self.idle and not self.probe  # p only changes with drafts, and without probes there are none
 
-    def update(self, proposed, accepted):
-        """Per row: draft slots sent and accepted.  Observed per-token acceptance: accepted successes
+    def update(self, proposed, accepted, offered=None):
+        """Per row: draft slots sent and accepted, and (``offered``, when the drafter was asked for
+        this call's draft) whether it had one.  Observed per-token acceptance: accepted successes
         out of accepted + (1 if one was rejected)."""
         for i, (sent, got) in enumerate(zip(proposed, accepted)):
             tried = got + (got < sent)
             if tried:
                 self.p[i] = (1 - EMA) * self.p[i] + EMA * got / tried
+        if offered is not None:
+            self.q = [(1 - Q_EMA) * q + Q_EMA * bool(o) for q, o in zip(self.q, offered)]
         if self.probing:
             paid = sum(accepted) >= self.theta * len(accepted)
             self.gap = PROBE if paid else min(2 * self.gap, MAX_PROBE)
             self.wait = self.gap
 
     def select_rows(self, keep):
+        kept = set(keep)
+        self._learn(i for i in range(len(self.p)) if i not in kept)
         self.p = [self.p[i] for i in keep]
+        self.q = [self.q[i] for i in keep]

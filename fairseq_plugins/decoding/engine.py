@@ -82,7 +82,8 @@ class DraftVerifyGenerator:
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
         adaptive = drafter.adaptive_block if adaptive_block_size == "auto" else adaptive_block_size == "on"
         probe = drafter.drafts_after_plain_steps
-        self.block_policy = (lambda: AdaptiveBlock(probe=probe)) if adaptive else FixedBlock
+        # one policy for the generator's life: an adaptive one carries what it learned into the next batches
+        self.policy = AdaptiveBlock(probe=probe) if adaptive else FixedBlock()
         self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
         self.reset_stats()
 
@@ -160,7 +161,7 @@ class DraftVerifyGenerator:
         rows = list(range(bsz))  # original row of every current row (host side: no sync to index it)
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad))
-        policy = self.block_policy()
+        policy = self.policy
         policy.begin(bsz, kmax)
         finalized: List[Optional[List[Dict]]] = [None] * bsz
         counters = torch.zeros(2, dtype=torch.long, device=device)  # draft_accepted, draft_tokens
@@ -189,6 +190,9 @@ class DraftVerifyGenerator:
             lazy = m > 2 and self._lazy_columns(drafter, device)
             logits, hidden = verifier(cache, tokens, positions, project=None if lazy else slice(None))
             fed_draft, m_fed = draft, m  # what the call scored (the stats and the width policy count these)
+            # the drafter was asked for this call's draft: the width policy learns whether it had one
+            asked = policy.adaptive and dlen is not None
+            offered = dlen.gt(0).long() if asked else None
             accepted = None
             if not lazy:
                 lprobs = self._constrained(logits, steps, longest, max_len, iteration, not_eos)
@@ -245,12 +249,16 @@ class DraftVerifyGenerator:
             parts = [ended.long(), n_gen]
             if m_fed > 1:
                 parts += [real if policy.adaptive else proposed, accepted]
+            if asked:
+                parts.append(offered)
             if draft.size(1):
                 parts.append(dlen.masked_fill(ended, 0).max().view(1))
             host = torch.cat(parts).tolist()
             done, lengths = host[:cur], host[cur : 2 * cur]
-            if m_fed > 1:
-                policy.update(host[2 * cur : 3 * cur], host[3 * cur : 4 * cur])
+            if m_fed > 1 or asked:
+                sent, got = (host[2 * cur : 3 * cur], host[3 * cur : 4 * cur]) if m_fed > 1 else ([0] * cur, [0] * cur)
+                at = (4 if m_fed > 1 else 2) * cur
+                policy.update(sent, got, host[at : at + cur] if asked else None)
             k_next = host[-1] if draft.size(1) else 0
             cache.commit(count, max(lengths), min(lengths) == max(lengths))  # cut back to the accepted tokens
             if any(done):
