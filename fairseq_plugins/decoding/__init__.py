@@ -7,4 +7,5 @@
 ``acceptance``  exact / topk / min_block / gad_pp / all
 ``drafters``    none, jacobi (PJ, PGJ, HGJ), input_copy (IAD), nar (GAD's drafter model); blockwise later
 ``drafter_only``  the engine's generator with the drafter alone (``--acceptance all``, no verifier)
+``inference``   decode under torch.inference_mode, hand fairseq ordinary tensors back
 """
