@@ -62,6 +62,47 @@ def test_frozen_exact_equals_base_greedy_on_every_sentence(setup, bs, block):
     assert 1.0 < gen.mean_accepted() <= block  # at most block-1 drafts + the verifier's token per call
 
 
+class _PlainPolicy:
+    """A width policy that never lets a draft through (what AdaptiveBlock does when drafts do not pay)."""
+    adaptive = False
+
+    def begin(self, bsz, k):
+        pass
+
+    def width(self):
+        return 0
+
+    def expects_draft(self):
+        return False
+
+    def stopped(self):
+        return False
+
+    def update(self, proposed, accepted, offered=None):
+        pass
+
+    def select_rows(self, keep):
+        pass
+
+
+def test_heads_run_only_when_a_draft_is_asked_for(setup):
+    """Iterations the width policy runs as plain steps cost no head and no head projection: the
+    heads run in propose(), not after every call."""
+    models, _, task, batches, refs = setup
+    gen = engine(models, task, "blockwise", block_size=K)
+    calls = []
+    heads = gen.drafter.heads
+    gen.drafter.heads = lambda *a: calls.append(1) or heads(*a)
+    hyps = decode_all(gen, models, batches[8])
+    assert mismatches(refs[8], hyps) == [] and len(calls) > 0  # the paper's setting: heads at every call
+    drafting = len(calls)
+    calls.clear()
+    gen.policy = _PlainPolicy()
+    hyps = decode_all(gen, models, batches[8])
+    assert mismatches(refs[8], hyps) == []
+    assert len(calls) == 0 and drafting > 0  # plain steps throughout: the heads never ran
+
+
 def test_blockwise_checkpoint_without_drafter_is_the_base_model(setup):
     """Head 1 is the identity path: fairseq's own greedy on the blockwise checkpoint = the base's."""
     models, _, task, batches, refs = setup

@@ -51,7 +51,7 @@ class BlockwiseDrafter(Drafter):
         self.model = model
         self.heads = heads
         self.block = block
-        self.proposals: Optional[torch.Tensor] = None
+        self.h: Optional[torch.Tensor] = None  # (B, d): the verifier's hidden state the heads read next
         self.project = VocabProjection(model.decoder)  # the shared output projection, from a cached W^T
 
     def max_draft(self, max_len):
@@ -59,30 +59,31 @@ class BlockwiseDrafter(Drafter):
 
     def begin(self, ctx):
         super().begin(ctx)
-        self.proposals = None  # the first call only proposes
+        self.h = None  # the first call only proposes
 
     def propose(self, out, n_gen):
-        if self.proposals is None:
+        """Heads 2..b on the hidden state ``observe`` kept: computed only when the engine asks for
+        a draft, so iterations the width policy runs as plain steps cost no head and no projection
+        (at batch 32 the b-1 heads' vocabulary projection costs more than the verifier's own)."""
+        if self.h is None:
             return out.new_empty((out.size(0), 0))
-        return self.proposals
+        x = self.heads(self.h, 2, self.block)                           # (B, b-1, d)
+        logits = self.project(x)                                        # (B, b-1, V)
+        logits[:, :, self.ctx.pad] = -float("inf")
+        return logits.argmax(dim=-1)
 
     def observe(self, step: StepResult):
-        if self.block < 2:
-            self.proposals = step.draft.new_empty((step.draft.size(0), 0))
+        if self.block < 2:  # no head to run: every call is a plain step
             return
         if step.hidden is None:
             raise RuntimeError("--drafter blockwise needs the verifier's hidden states (StepResult.hidden)")
         # the fed position whose prediction was the appended bifurcation token: index ``accepted``
         idx = step.accepted.view(-1, 1, 1).expand(-1, 1, step.hidden.size(2))
-        h = step.hidden.gather(1, idx).squeeze(1)                       # (B, d)
-        x = self.heads(h, 2, self.block)                                # (B, b-1, d)
-        logits = self.project(x)                                        # (B, b-1, V)
-        logits[:, :, self.ctx.pad] = -float("inf")
-        self.proposals = logits.argmax(dim=-1)
+        self.h = step.hidden.gather(1, idx).squeeze(1)                  # (B, d)
 
     def select_rows(self, rows):
-        if self.proposals is not None:
-            self.proposals = self.proposals.index_select(0, rows)
+        if self.h is not None:
+            self.h = self.h.index_select(0, rows)
 
 
 def from_config(cfg, task, models) -> BlockwiseDrafter:
