@@ -626,10 +626,12 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         if baseline and beam == 1:
             greedy_tokens[key] = tokens
         identical = None
+        # "greedy_model": lossless w.r.t. another checkpoint's greedy (frozen blockwise heads keep the base's)
+        greedy_ckpt = (checkpoint_of({"method": row["method"], "model": row["greedy_model"]}, checkpoints)
+                       if "greedy_model" in row else ckpt)
         if row.get("lossless"):
-            # "greedy_model": lossless w.r.t. another checkpoint's greedy (frozen blockwise heads keep the base's)
             if "greedy_model" in row:
-                key = (str(checkpoint_of({"method": row["method"], "model": row["greedy_model"]}, checkpoints)), bs)
+                key = (str(greedy_ckpt), bs)
             ref = greedy_tokens.get(key)
             if ref is None:
                 raise BenchmarkError(f"row '{row['method']}' is lossless but no greedy baseline row "
@@ -641,7 +643,8 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         runners = [runner] + ([reference[0]] if reference else [])
         # a drafting row is also timed beside the engine's greedy on the same model (its own no-drafter
         # path): the ratio the "drafting never loses to greedy" goal is about, measured pair by pair
-        engine = engines.get((folder, bs, str(ckpt))) if beam == 1 and _is_drafting(row) else None
+        # (for frozen blockwise heads: the engine's greedy on their base model, the same decode)
+        engine = engines.get((folder, bs, str(greedy_ckpt))) if beam == 1 and _is_drafting(row) else None
         if engine is not None:
             runners.append(engine)
         times, (calls, stats) = time_interleaved(runners, runs, clock=clock)

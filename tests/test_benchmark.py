@@ -138,6 +138,30 @@ def stub_bench(tiny_corpus, tmp_path, monkeypatch):
     return results, loads, tmp_path / "out"
 
 
+def test_a_drafter_on_another_checkpoint_is_timed_beside_its_greedy_models_engine(tiny_corpus, tmp_path, monkeypatch):
+    """Frozen blockwise heads live in their own checkpoint but decode their base model's greedy: the
+    row is timed beside the engine's greedy on the ``greedy_model`` checkpoint."""
+    clock, log = FakeClock(), []
+    per_pass = {"fairseq greedy": 0.2, "engine greedy": 0.1, "heads": 0.08}
+
+    def load(row, corpus, ckpt, args, beam, bs, *rest):
+        return StubRunner(row["method"], per_pass[row["method"]], clock, log)
+
+    monkeypatch.setattr(benchmark, "_load_runner", load)
+    for model in ("base", "heads"):
+        (tmp_path / "ckpt" / model).mkdir(parents=True)
+        (tmp_path / "ckpt" / model / "checkpoint_best.pt").write_text("")
+    rows = [{"method": "fairseq greedy", "model": "base", "baseline": True},
+            {"method": "engine greedy", "model": "base", "args": "--drafter none", "lossless": True},
+            {"method": "heads", "model": "heads", "args": "--drafter blockwise", "lossless": True,
+             "greedy_model": "base"}]
+    results = benchmark.run_benchmark(rows, tiny_corpus, tmp_path / "ckpt", tmp_path / "out", batch_sizes=[8],
+                                      runs=3, clock=clock, **quiet)
+    by = {r["method"]: r for r in results}
+    assert by["heads"]["ratio_vs_engine_greedy"] == pytest.approx(1.25)
+    assert by["heads"]["identical_to_greedy"] == 1.0
+
+
 def test_rows_are_timed_against_loaded_baselines_with_known_ratios(stub_bench):
     results, loads, out = stub_bench
     # baselines first (greedy before beams), each loaded once; results keep the rows' order
