@@ -183,6 +183,7 @@ def test_probing_policies_carry_what_they_learned_into_the_next_batches():
             policy.begin(1, 4)
         policy.update([1], [0], offered=[1])  # its drafts are rejected
     policy.begin(1, 4)
+    assert not policy.expects_draft()  # the first call will be plain: its draft is not even asked for
     assert policy.prior_p < 0.3 and policy.width() == 0  # a new sentence no longer starts by drafting
     policy.begin(1, 4)  # a sentence that sent no draft teaches nothing
     assert policy.width() == 0
@@ -193,7 +194,7 @@ def test_probing_policies_carry_what_they_learned_into_the_next_batches():
             w = good.width()
             good.update([w], [w], offered=[1])  # every draft accepted
     good.begin(1, 4)
-    assert good.width() >= 2  # a new sentence starts wide
+    assert good.expects_draft() and good.width() >= 2  # a new sentence starts wide
     # rows that leave mid-batch teach the prior too
     mid = AdaptiveBlock()
     mid.begin(3, 4)

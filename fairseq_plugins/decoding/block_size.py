@@ -109,7 +109,21 @@ class AdaptiveBlock(FixedBlock):
         self.q = [self.prior_q] * bsz  # the drafter offers a draft: what the papers' drafters do but IAD often does not
         if not self.probe:  # no carry: a batch that stopped would keep the next ones from ever drafting
             self.wait = self.gap = PROBE
-        self.probing = self.idle = False
+        self.probing = False
+        # a prior that does not pay: the first call is a plain step, so its draft is not even asked for
+        self.idle = self._paying_width() == 0 and (self.wait > 1 or not self._may_probe())
+
+    def _paying_width(self) -> int:
+        """The widest w whose slots all pay: mean_b q_b p_b^w >= theta (it decreases with w)."""
+        width = 0
+        for w in range(1, self.k + 1):
+            if sum(q * p ** w for p, q in zip(self.p, self.q)) < self.theta * len(self.p):
+                break
+            width = w
+        return width
+
+    def _may_probe(self) -> bool:
+        return self.probe and len(self.p) <= PROBE_ROWS
 
     def _learn(self, rows):
         """Fold the final estimates of rows that leave into the prior of the rows to come (probing
@@ -121,14 +135,9 @@ class AdaptiveBlock(FixedBlock):
             self.prior_q = (1 - CARRY) * self.prior_q + CARRY * self.q[i]
 
     def width(self):
-        theta = self.theta
-        width = 0
-        for w in range(1, self.k + 1):  # mean q p^w decreases with w
-            if sum(q * p ** w for p, q in zip(self.p, self.q)) < theta * len(self.p):
-                break
-            width = w
+        width = self._paying_width()
         self.probing = False
-        probe = self.probe and len(self.p) <= PROBE_ROWS
+        probe = self._may_probe()
         if width == 0 and probe:
             self.wait -= 1
             if self.wait <= 0:

@@ -170,7 +170,10 @@ class DraftVerifyGenerator:
         not_eos[self.eos] = False
         lengths = [0] * bsz  # host copy of n_gen
         iteration, row_iterations = 0, 0
-        draft, dlen = self._next_draft(drafter, out, n_gen)
+        if policy.expects_draft():
+            draft, dlen = self._next_draft(drafter, out, n_gen)
+        else:  # the prior says the first call is a plain step: do not ask the drafter
+            draft, dlen = out.new_empty((bsz, 0)), None
         if draft.size(1):  # trim to the widest useful draft (one sync before the first call)
             draft = draft[:, : min(policy.width(), int(dlen.max()))]
         propose = policy.expects_draft()  # False: the next call is a plain step whatever is proposed
