@@ -204,12 +204,35 @@ def test_probing_policies_carry_what_they_learned_into_the_next_batches():
     assert mid.prior_p < before
 
 
-def test_a_policy_without_probes_starts_every_batch_afresh():
-    """Jacobi (no probes): a batch that stopped drafting must not keep the next batches from drafting."""
+def test_a_policy_without_probes_retries_whole_batches_at_doubling_gaps():
+    """Jacobi cannot probe inside a batch: once its learned prior does not pay, batches decode plain
+    (the drafter dropped) except trial batches from the cautious prior, ever further apart; a trial
+    that pays brings drafting back for every batch."""
+    from fairseq_plugins.decoding.block_size import MAX_BATCH_GAP, P_START
+
     policy = AdaptiveBlock(probe=False)
-    policy.begin(1, 3)
-    for _ in range(4):
-        policy.update([3], [0], offered=[1])
-    assert policy.width() == 0 and policy.stopped()
-    policy.begin(1, 3)
-    assert policy.width() == 1
+    trials = []
+    for batch in range(40):
+        policy.begin(1, 3)
+        drafting = policy.width() > 0
+        trials.append(drafting)
+        if drafting:
+            policy.update([3], [0], offered=[1])  # the batch's drafts are rejected
+            policy.update([3], [0], offered=[1])
+        else:
+            assert policy.stopped()  # a plain batch: the engine drops the drafter at once
+    first_plain = trials.index(False)
+    assert first_plain <= 3  # a few failing batches teach the prior
+    later = [i for i, t in enumerate(trials) if t and i > first_plain]
+    gaps = [b - a for a, b in zip(later, later[1:])]
+    assert len(later) >= 3 and gaps == sorted(gaps) and max(gaps) <= MAX_BATCH_GAP
+    # a trial whose drafts are accepted: drafting resumes for the next batches
+    while True:
+        policy.begin(1, 3)
+        if policy.width():
+            break
+    for _ in range(6):
+        policy.update([3], [3], offered=[1])
+    for _ in range(3):
+        policy.begin(1, 3)
+        assert policy.width() >= 1 and policy.p[0] > P_START / 2
