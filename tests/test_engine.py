@@ -80,6 +80,12 @@ def test_jacobi_block_of_one_greedy_oracle_and_larger_blocks(setup):
     assert mismatches(refs[8], decode_all(gen, models, batches[8])) == []
     assert gen.stats["length_oracle"] is True and gen.stats["oracle_model_calls"] > 0
     assert gen.stats["model_calls"] > gen.stats["oracle_model_calls"]  # the pre-run is counted too
+    # the plain pre-run asks no drafter: the width policy (which learns across batches) never sees it
+    begun = []
+    begin = gen.policy.begin
+    gen.policy.begin = lambda *a: begun.append(a) or begin(*a)
+    decode_all(gen, models, batches[8])
+    assert len(begun) == len(batches[8])
     hgj = engine(models, task, "jacobi_hgj", block_size=3, jacobi_length="greedy_oracle")
     decode_all(hgj, models, batches[8][:1])
     assert hgj.stats["length_oracle"] is False  # HGJ needs no length
