@@ -47,7 +47,7 @@ MAX_PROBE = 64     # the interval doubles after each try that did not pay, up to
 PROBE_ROWS = 8     # no probes while more rows than this are left (IAD at batch 32: 10% slower, no call saved)
 P_START = 0.4      # a cautious start: at batch 1 one slot is tried, from about 11 rows on none (then probes)
 EMA = 0.5          # weight of the newest observation in p
-MAX_BATCH_GAP = 16 # a drafter that cannot probe (Jacobi) retries a whole batch at most this many batches apart
+MAX_BATCH_GAP = 16  # a drafter that cannot probe (Jacobi) retries a whole batch at most this many batches apart
 CARRY = 0.2        # weight of one finished row's final p and q in the prior of the rows to come
 Q_EMA = 0.25       # ... in q: slower, so that a row whose drafts are accepted (high p) keeps asking through
                    # a few draftless iterations (4 at p = 0.9, batch 1), a row whose drafts fail stops at once
@@ -101,7 +101,7 @@ class AdaptiveBlock(FixedBlock):
 
     def __init__(self, probe: bool = True):
         self.probe = probe  # False: a batch that stopped drafting takes plain steps to its end (Jacobi)
-        # what the run has learned so far (probing drafters only): a new row starts from it
+        # what the run has learned so far: a new row starts from it (Jacobi: see _batch_trial)
         self.prior_p, self.prior_q = P_START, 1.0
         self.p: List[float] = []
         self.q: List[float] = []
