@@ -72,6 +72,24 @@ def test_decodes_under_inference_mode_and_hands_back_ordinary_tensors(setup):
         h["positional_scores"].div_(2.0)  # as fairseq_cli/generate.py does; an inference tensor refuses it
 
 
+def test_a_drafter_without_drafts_stops_being_asked(setup):
+    """A drafter asked for a draft may have none (IAD when no source n-gram matches): the engine
+    must tell the width policy, or the width stays open and the drafter is asked every iteration."""
+    models, task, batches, refs = setup
+    gen = engine(models, task, "input_copy", block_size=3)
+    asks = []
+
+    def propose(out, n_gen):  # never a draft: PAD in every slot (no slot worth scoring)
+        asks.append(1)
+        return out.new_full((out.size(0), 3), task.target_dictionary.pad())
+
+    gen.drafter.propose = propose
+    hyps = decode_all(gen, models, batches[1])
+    assert mismatches(refs[1], hyps) == []
+    assert gen.stats["draft_tokens"] == 0
+    assert len(asks) < 0.25 * gen.stats["model_calls"], (len(asks), gen.stats["model_calls"])
+
+
 def test_jacobi_block_of_one_greedy_oracle_and_larger_blocks(setup):
     models, task, batches, refs = setup
     for drafter, block in (("jacobi_pgj", 1), ("jacobi_hgj", 6)):
