@@ -14,6 +14,7 @@ import torch
 
 from conftest import PLUGIN_DIR, REPO, fairseq_cli, run
 from engine_helpers import MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches, reference_greedy
+from fairseq_plugins.decoding.block_size import FixedBlock
 
 K = 4
 HEAD_TRAIN_ARGS = [
@@ -62,27 +63,14 @@ def test_frozen_exact_equals_base_greedy_on_every_sentence(setup, bs, block):
     assert 1.0 < gen.mean_accepted() <= block  # at most block-1 drafts + the verifier's token per call
 
 
-class _PlainPolicy:
+class _PlainPolicy(FixedBlock):
     """A width policy that never lets a draft through (what AdaptiveBlock does when drafts do not pay)."""
-    adaptive = False
-
-    def begin(self, bsz, k):
-        pass
 
     def width(self):
         return 0
 
     def expects_draft(self):
         return False
-
-    def stopped(self):
-        return False
-
-    def update(self, proposed, accepted, offered=None):
-        pass
-
-    def select_rows(self, keep):
-        pass
 
 
 def test_heads_run_only_when_a_draft_is_asked_for(setup):

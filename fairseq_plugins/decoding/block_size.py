@@ -31,7 +31,7 @@ speculative decoding, decided here for the whole batch):
 * one policy serves the generator's whole run: the final p and q of every row that leaves are
   folded into the prior of the rows to come (``CARRY``), so a run learns whether its drafter pays on
   its data instead of every sentence starting from ``P_START`` (IAD on en-de at batch 1 drafted at
-  a loss in 235 of 1,065 calls that way); a drafter that cannot probe (Jacobi) tries a whole batch
+  a loss in 235 of 1,071 calls that way); a drafter that cannot probe (Jacobi) tries a whole batch
   from ``P_START`` now and then instead (every 2nd, 4th, ... batch while its prior does not pay).
 
 The policy runs on the host, on the accepted and proposed counts that the engine's one host
@@ -39,7 +39,6 @@ transfer per iteration brings anyway: it adds no tensor operation.  Acceptance i
 ``exact`` stays lossless.  ``FixedBlock`` is the papers' setting: every row drafts up to
 ``--block-size`` tokens.
 """
-import math
 from typing import List, Optional
 
 PROBE = 8          # iterations before a batch whose drafts did not pay tries one draft slot again

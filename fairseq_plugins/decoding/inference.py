@@ -5,8 +5,7 @@ parameter still passes PyTorch's autograd and view/version-counter dispatch laye
 per op that a small model at batch 1 feels.  Measured on the demo's en-de model (d=128, 3 layers,
 one CPU thread, the engine's greedy over 100 test sentences, 3 interleaved pairs): 0.86-0.94 ms
 per model call under ``inference_mode`` against 0.96-1.06 ms under ``no_grad`` at batch 1 (the
-lean step alone: 0.55-0.62 against 0.63-0.71 ms), identical hypotheses; the multi-token beam
-(DOUBLETOPK, beam 10, batch 32) went from 1.38x to 1.47x fairseq's beam 10.
+lean step alone: 0.55-0.62 against 0.63-0.71 ms), identical hypotheses.
 
 Tensors made under ``inference_mode`` are "inference tensors": fairseq's ``generate.py`` updates
 ``positional_scores`` in place (``div_``), which such a tensor refuses outside inference mode.
