@@ -90,7 +90,7 @@ def run_parallel(jobs, parallel, label):
         while pending and len(running) < parallel:
             name, cmd, log = pending.pop(0)
             log.parent.mkdir(parents=True, exist_ok=True)
-            running[name] = (subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env), log)
+            running[name] = (subprocess.Popen(cmd, stdout=open(log, "a"), stderr=subprocess.STDOUT, env=env), log)
             print(f"[{label} {time.time() - start:6.0f}s] started {name}", flush=True)
         time.sleep(5)
         for name, (proc, log) in list(running.items()):

@@ -215,6 +215,7 @@ class DraftVerifyGenerator:
                 is_eos = (new == self.eos) & (fed <= accepted.unsqueeze(1))
                 ended = is_eos.any(dim=1)
                 count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, accepted + 1)
+                count, ended = self._bounded(count, ended, n_gen, max_len)
                 out.scatter_(1, (n_gen.unsqueeze(1) + 1 + arange[:m]).clamp(max=width - 1), new)
                 lp_out.scatter_(1, (n_gen.unsqueeze(1) + arange[:m]).clamp(max=width - 1), new_lp)
                 for i in range(m):  # fairseq adds one token's log-prob at a time (float32 rounding as there)
@@ -222,8 +223,7 @@ class DraftVerifyGenerator:
             else:  # a plain greedy step
                 accepted = torch.zeros_like(n_gen)
                 new, new_lp = top, top_lprob
-                ended = new[:, 0] == self.eos
-                count = torch.ones_like(n_gen)
+                count, ended = self._bounded(torch.ones_like(n_gen), new[:, 0] == self.eos, n_gen, max_len)
                 if cache.aligned:
                     out[:, longest + 1 : longest + 2] = new
                     lp_out[:, longest : longest + 1] = new_lp
@@ -305,6 +305,7 @@ class DraftVerifyGenerator:
         if self.temperature != 1.0:
             logits = logits.div_(self.temperature)
         lprobs = self.verifier.log_probs(logits)
+        lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # as fairseq (lprobs[lprobs != lprobs] = -inf): fp16 overflow
         lprobs[:, :, self.pad] = -math.inf
         if self.unk_penalty:
             lprobs[:, :, self.unk] -= self.unk_penalty
@@ -313,6 +314,14 @@ class DraftVerifyGenerator:
         if iteration < self.min_len:  # every row has >= iteration tokens
             lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
         return lprobs
+
+    @staticmethod
+    def _bounded(count: Tensor, ended: Tensor, n_gen: Tensor, max_len: int):
+        """No row grows past ``max_len`` + EOS, whatever the logits: fairseq's loop is bounded by
+        ``range(max_len + 1)``; here a row that reaches that length ends (with finite log-probs EOS is
+        forced there anyway, so this changes nothing; with NaN/-inf everywhere it stops the loop)."""
+        count = torch.minimum(count, (max_len + 1) - n_gen)
+        return count, ended | (n_gen + count > max_len)
 
     def _top(self, lprobs, running):
         """The verifier's own token at every column, where fairseq's BeamSearch.step puts it: topk over

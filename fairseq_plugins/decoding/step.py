@@ -165,11 +165,13 @@ class DecoderStep:
         if self.embed_slots is None and pos is not None and hasattr(pos, "weights"):
             weight = self.decoder.embed_tokens.weight
             rows = self.decoder.max_positions() + self.pos_offset + 1
-            if pos.weights.size(0) < rows:
-                with torch.inference_mode(False):  # fairseq's own module keeps an ordinary tensor (it may train on)
-                    pos.weights = pos.get_embedding(rows, pos.embedding_dim, pos.padding_idx)
-            if self._table is None or self._table.device != weight.device or self._table.dtype != weight.dtype:
-                self._table = pos.weights.to(device=weight.device, dtype=weight.dtype)
+            table = self._table
+            if table is None or table.device != weight.device or table.dtype != weight.dtype or table.size(0) < rows:
+                # our own copy: decoding never mutates the model (fairseq's table may hold a row fewer, and
+                # writing a bigger CPU fp32 table into it left a .cuda().half() model mixing devices later)
+                source = pos.weights if pos.weights.size(0) >= rows else pos.get_embedding(
+                    rows, pos.embedding_dim, pos.padding_idx)
+                self._table = source.to(device=weight.device, dtype=weight.dtype)
 
     def embed(self, tokens: Tensor, slots: Tensor) -> Tensor:
         dec = self.decoder
