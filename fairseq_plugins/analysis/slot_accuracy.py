@@ -1,0 +1,60 @@
+"""Per-slot accuracy of a multi-token decoder under teacher forcing (issue "reordered models at
+convergence", item 3): which of the z slots of a decoding step the model predicts well.
+
+A step of an order with h directions and c tokens per direction fills z = h*c slots (docs/METHODS.md
+§1).  If one slot lags -- the right-to-left slot of head-tail, the second token of an SA pair, the
+first group whose inputs are all start symbols -- the quality gap lives there.  The model reads the
+gold reordered target (the training forward, ``model.eval()``, no dropout) and its argmax at every
+slot is compared with the target, grouped three ways:
+
+* ``by_slot[j]``: slot j of its step (0..z-1);
+* ``by_direction[d]``: the direction of the slot (``GenerationOrder.directions_at``; 0 = left-to-right);
+* ``first_step`` / ``later_steps``: the first group (start symbols only) against the rest.
+
+End markers (EOS padding of the reordered target) count like tokens, as the criterion scores them.
+"""
+from collections import defaultdict
+from typing import Dict
+
+import torch
+
+from fairseq_plugins.orders import get_order
+
+
+def _rates(hits: Dict, totals: Dict) -> Dict:
+    return {k: hits[k] / totals[k] for k in sorted(totals) if totals[k]}
+
+
+@torch.no_grad()
+def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096) -> Dict:
+    """Teacher-forced accuracy of ``model`` on ``subset`` of ``task`` (a ``fast_translation`` task set
+    up with the model's order flags, so its batches carry the reordered target)."""
+    order = getattr(model, "generation_order", None) or get_order("l2r")
+    if task.datasets.get(subset) is None:
+        task.load_dataset(subset)
+    model.eval()
+    pad = task.target_dictionary.pad()
+    itr = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
+                                  max_positions=None, ignore_invalid_inputs=True).next_epoch_itr(shuffle=False)
+    hits, totals = defaultdict(lambda: defaultdict(int)), defaultdict(lambda: defaultdict(int))
+    device = next(model.parameters()).device
+    for sample in itr:
+        net_input = {k: v.to(device) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
+        target = sample["target"].to(device)
+        logits = model(**net_input)[0]
+        right = logits.argmax(dim=-1).eq(target)
+        valid = target.ne(pad)
+        slots = torch.arange(target.size(1), device=device)
+        groups = {"by_slot": slots % order.z, "by_direction": order.directions_at(slots),
+                  "step": (slots >= order.z).long()}  # 0: the first step
+        for name, key in groups.items():
+            for value in key.unique().tolist():
+                cols = key.eq(value)
+                hits[name][value] += int((right & valid)[:, cols].sum())
+                totals[name][value] += int(valid[:, cols].sum())
+    step = _rates(hits["step"], totals["step"])
+    return {"order": order.signature if not order.is_plain_l2r else "l2r", "z": order.z,
+            "accuracy": sum(hits["by_slot"].values()) / max(1, sum(totals["by_slot"].values())),
+            "by_slot": _rates(hits["by_slot"], totals["by_slot"]),
+            "by_direction": _rates(hits["by_direction"], totals["by_direction"]),
+            "first_step": step.get(0), "later_steps": step.get(1)}

@@ -1,0 +1,69 @@
+"""Diagnostics of reordered models: junction errors (repeats, drops) and per-slot accuracy."""
+import pytest
+import torch
+from fairseq import tasks
+
+from _reorder_utils import parse_train_args
+from fairseq_plugins.analysis.order_errors import count_errors
+from fairseq_plugins.analysis.slot_accuracy import slot_accuracy
+from fairseq_plugins.orders import get_order
+
+
+def test_repeats_are_counted_beyond_the_references_own_and_binned_by_position():
+    ref = ["a", "b", "c", "c", "d", "e", "f", "g", "h", "i"]
+    hyp = ["a", "b", "c", "c", "d", "e", "e", "f", "g", "h"]  # "c c" is the reference's; "e e" is not; "i" dropped
+    counts = count_errors([hyp], [ref], bins=5)
+    assert counts.repeats == 1
+    assert counts.repeat_position == [0, 0, 0, 1, 0]  # index 6 of 10: the junction of a bidirectional order
+    assert counts.missing == 1 and counts.extra == 1  # "i" missing, the second "e" extra
+    summary = counts.summary()
+    assert summary["repeats_per_100"] == pytest.approx(10.0)
+    assert summary["length_ratio"] == pytest.approx(1.0)
+
+
+def test_a_moved_word_is_neither_missing_nor_extra_and_lengths_must_match():
+    counts = count_errors([[1, 3, 2]], [[1, 2, 3]])
+    assert (counts.repeats, counts.missing, counts.extra) == (0, 0, 0)
+    with pytest.raises(ValueError, match="one per sentence"):
+        count_errors([[1]], [[1], [2]])
+
+
+class _Oracle(torch.nn.Module):
+    """Knows every valid sentence's reordered target; answers it at slot 0 of each step and a wrong
+    token at the other slots, so the per-slot rates are known exactly."""
+
+    def __init__(self, task, order):
+        super().__init__()
+        self.generation_order = order
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.vocab = len(task.target_dictionary)
+        self.wrong = task.target_dictionary.unk()
+        data = task.dataset("valid")
+        self.targets = {}
+        for i in range(len(data)):
+            item = data.dataset[i] if hasattr(data, "dataset") else data[i]
+            src = tuple(item["source"].tolist())
+            self.targets[src] = order.reorder(item["target"][:-1], eos=task.target_dictionary.eos())[0]
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens):
+        pad = 1
+        out = torch.full(prev_output_tokens.shape, self.wrong, dtype=torch.long)
+        for b, row in enumerate(src_tokens):
+            target = self.targets[tuple(row[row.ne(pad)].tolist())]
+            keep = torch.arange(len(target)) % self.generation_order.z == 0
+            out[b, : len(target)] = torch.where(keep, target, torch.tensor(self.wrong))
+        return torch.nn.functional.one_hot(out, self.vocab).float(), None
+
+
+def test_slot_accuracy_separates_the_slots_of_a_step(tiny_corpus):
+    args = parse_train_args(tiny_corpus / "bin", ["--arch", "reordered_transformer_tiny", "--target-order",
+                                                  "head_tail", "-s", "en", "-t", "de"])
+    task = tasks.setup_task(args)
+    task.load_dataset("valid")
+    order = get_order("head_tail")
+    result = slot_accuracy(task, _Oracle(task, order), "valid")
+    assert result["z"] == 2
+    assert result["by_slot"] == {0: 1.0, 1: 0.0}
+    assert result["by_direction"] == {0: 1.0, 1: 0.0}  # head-tail: slot 0 is the left-to-right one
+    assert result["first_step"] == pytest.approx(0.5)
+    assert 0.45 < result["accuracy"] < 0.55
