@@ -283,7 +283,7 @@ def test_double_topk_without_the_pair_table_equals_the_materialised_one(W, V):
         lprobs = torch.log_softmax(3 * torch.randn(6, W, 2, V, generator=g), dim=-1)
         lprobs[..., 1] = -math.inf
         scores = -5 * torch.rand(6, W, generator=g)
-        got_score, got_beam, got_tok, got_lp = gen._double_topk(scores, lprobs)
+        got_score, got_beam, got_tok, got_lp = gen.candidates.step(scores, lprobs)
         want_score, want_beam, want_tok = _materialised_double_topk(scores, lprobs)
         assert torch.equal(got_score, want_score)
         assert torch.equal(got_beam, want_beam) and torch.equal(got_tok, want_tok)
