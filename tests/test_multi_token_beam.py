@@ -308,7 +308,7 @@ class SyncCounter(TorchFunctionMode):
 
     def __init__(self):
         super().__init__()
-        self.syncs, self.copies, self.open = [], [], False
+        self.syncs, self.copies, self.rows, self.open = [], [], [], False
 
     def start_step(self):
         self.syncs.append(0)
@@ -336,6 +336,7 @@ def sync_counter(monkeypatch):
 
     def counted_step(self, decoder_input):
         counter.start_step()
+        counter.rows.append(decoder_input.size(0))
         return step(self, decoder_input)
 
     def uncounted_hypotheses(self, *args):
@@ -386,18 +387,42 @@ def _random_batch(task, lengths, seed=3):
     return {"net_input": {"src_tokens": src, "src_lengths": torch.tensor(lengths)}}
 
 
+class EndsBySentence:
+    """Wraps a stepper: sentence s ends at step 1 + s (EOS has log-prob 0 in every slot from then on,
+    -inf before), so the sentences leave the batch one step after another.  Rows are followed
+    through ``reorder`` with device ops only, as the search's own state."""
+
+    def __init__(self, stepper, bsz, beam, eos):
+        self.stepper, self.eos, self.step_no = stepper, eos, 0
+        self.sentence = torch.arange(bsz, device="cpu").repeat_interleave(beam)
+
+    def step(self, decoder_input):
+        lprobs = self.stepper.step(decoder_input)
+        ending = (self.sentence + 1 <= self.step_no)[:, None]
+        lprobs[..., self.eos] = torch.where(ending, 0.0, -math.inf)
+        self.step_no += 1
+        return lprobs
+
+    def reorder(self, rows, shrink=False):
+        self.sentence = self.sentence.index_select(0, rows)
+        self.stepper.reorder(rows, shrink)
+
+
 @pytest.mark.parametrize("name,h,c,flags,double_topk", SYNC_CASES, ids=lambda v: str(v))
 def test_at_most_one_sync_and_no_copy_per_step(tmp_path, sync_counter, name, h, c, flags, double_topk):
     """Every order and ablation, with and without DOUBLETOPK: one host sync per beam step (the
-    ``nonzero`` that drops finished sentences) and no host-to-device copy, sentences finishing at
-    different steps included."""
+    ``nonzero`` that drops finished sentences) and no host-to-device copy, while sentences leave
+    the batch at different steps."""
     task, model, _ = build(tmp_path, name, h, c, flags)
-    gen = MultiTokenBeamSearch(model.generation_order, task.target_dictionary, beam_size=3, max_len_b=10,
-                               double_topk=double_topk, min_len=2)
-    with sync_counter:
-        out = gen.generate([model], _random_batch(task, [7, 3, 6, 5]))
+    order, bsz, beam = model.generation_order, 4, 3
+    gen = MultiTokenBeamSearch(order, task.target_dictionary, beam_size=beam, double_topk=double_topk, min_len=2)
+    sample = _random_batch(task, [7, 3, 6, 5])
+    stepper = EndsBySentence(ModelStepper(model, sample["net_input"], beam, 12 * order.z, order), bsz, beam,
+                             task.target_dictionary.eos())
+    with torch.inference_mode(), sync_counter:
+        out = gen.search(stepper, bsz, 20, torch.device("cpu"))
     steps = gen.stats["steps"]
-    assert len(sync_counter.syncs) == steps >= 2 and all(len(hypos) > 0 for hypos in out)
+    assert sync_counter.rows == [12, 12, 9, 6, 3] and steps == 5 and all(len(hypos) == beam for hypos in out)
     assert max(sync_counter.syncs) <= 1 and sum(sync_counter.syncs) >= 1, sync_counter.syncs
     assert sync_counter.copies == [0] * steps
 
