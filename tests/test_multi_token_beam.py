@@ -167,6 +167,17 @@ def test_hand_checked_greedy_and_end_marker_slots():
     assert out[0][0]["tokens"].tolist() == [a, b, EOS]
 
 
+def test_unk_penalty_as_fairseq():
+    """``--unkpen`` lowers UNK's log-prob before selection, as fairseq's ``lprobs[:, unk] -= unk_penalty``."""
+    order, d = get_order("interleave"), dictionary()
+    a, b = 4, 5
+    table = [{0: {d.unk(): 0.6, a: 0.4}, 1: {b: 0.9}}, {0: {EOS: 0.9}, 1: {EOS: 0.9}}]
+    plain, penalised = (MultiTokenBeamSearch(order, d, beam_size=1, unk_penalty=pen).search(
+        FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))[0][0] for pen in (0.0, 1.0))
+    assert plain["tokens"].tolist() == [d.unk(), b, EOS] and penalised["tokens"].tolist() == [a, b, EOS]
+    assert math.isclose(float(penalised["positional_scores"][0]), math.log(0.4), rel_tol=1e-5)
+
+
 def test_beam_beats_greedy_on_a_known_case():
     """Greedy takes left a (0.55) whose continuations are poor; beam 2 also keeps b (0.45), which
     ends with certainty: the best hypothesis is b c, score log 0.45."""

@@ -49,15 +49,32 @@ class GreedyConstraints:
         ``lprobs``' device.  ``max_len``: fairseq's maximum length (only EOS at steps >= max_len).
         ``min_step``/``max_step``: host ints known to bound ``steps`` from below/above (default:
         no bound known); a mask that no column can need is skipped, nothing is read from the device."""
+        self.mask_invalid(lprobs)
+        if max_step is None or max_step >= max_len:
+            self.force_end(lprobs, steps >= max_len)
+        if min_step < self.min_len:
+            # fairseq's elif: at steps >= max_len (>= min_len, checked by the generators) EOS stays
+            self.forbid_end(lprobs, steps < self.min_len)
+        return lprobs
+
+    # The three parts of ``apply``, for a generator whose columns' end rules are not a function of one
+    # step count (the multi-token beam: segments of a group end apart, the slots after an end are dropped).
+    def mask_invalid(self, lprobs: Tensor) -> Tensor:
+        """The rules of every step, in place: NaN and PAD never chosen, UNK lowered by ``--unkpen``."""
         lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # fairseq: lprobs[lprobs != lprobs] = -inf
         lprobs[..., self.pad] = -math.inf
         if self.unk_penalty:
             lprobs[..., self.unk] -= self.unk_penalty
-        if max_step is None or max_step >= max_len:
-            lprobs.masked_fill_((steps >= max_len).unsqueeze(-1) & self._not_eos_on(lprobs.device), -math.inf)
-        if min_step < self.min_len:
-            # fairseq's elif: at steps >= max_len (>= min_len, checked by the generators) EOS stays
-            lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
+        return lprobs
+
+    def force_end(self, lprobs: Tensor, where: Tensor) -> Tensor:
+        """fairseq's EOS at max_len, in place: only EOS (its log-prob kept) in the columns ``where``
+        (bool, broadcastable to ``lprobs.shape[:-1]``, on ``lprobs``' device)."""
+        return lprobs.masked_fill_(where.unsqueeze(-1) & self._not_eos_on(lprobs.device), -math.inf)
+
+    def forbid_end(self, lprobs: Tensor, where: Tensor) -> Tensor:
+        """fairseq's no EOS before min_len, in place: EOS is -inf in the columns ``where`` (as ``force_end``)."""
+        lprobs[..., self.eos].masked_fill_(where, -math.inf)
         return lprobs
 
     def _not_eos_on(self, device) -> Tensor:

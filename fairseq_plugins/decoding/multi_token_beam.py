@@ -3,10 +3,10 @@
 Each step the decoder scores z = h*c new slots of every hypothesis at once (one incremental call).
 A step reads as named parts:
 
-* Constraints (fairseq's, ``_constrain``): NaN log-probs are -inf (as fairseq's
-  ``lprobs[lprobs != lprobs] = -inf``), PAD is never chosen, ``--unkpen`` lowers UNK;
-  ``--min-len`` forbids end markers that would leave fewer natural tokens (``_forbid_early_end``),
-  as fairseq's no-EOS-before-min_len; at the length limit EOS is forced (``_force_end``).
+* Constraints (fairseq's, ``constraints.GreedyConstraints`` through ``_constrain``): NaN log-probs
+  are -inf (as fairseq's ``lprobs[lprobs != lprobs] = -inf``), PAD is never chosen, ``--unkpen``
+  lowers UNK; ``--min-len`` forbids end markers that would leave fewer natural tokens, as fairseq's
+  no-EOS-before-min_len; at the length limit EOS is forced.
 * Candidates (``beam_candidates``): IBDecoder's outer top-k (Alg. 1, lines 6-8) or, with
   ``--double-topk``, Imamura's DOUBLETOPK; the rule is picked once, when the generator is built.
 * Stopping rule: a hypothesis ends at the first step whose group holds an end marker (EOS, which
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.beam_candidates import Candidates, candidate_selection
+from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.step import DecoderStep
 
@@ -205,11 +206,13 @@ class MultiTokenBeamSearch:
     def __init__(self, order, tgt_dict, beam_size=4, max_len_a=0.0, max_len_b=200, lenpen=1.0,
                  double_topk=False, max_positions=None, min_len=1, unk_penalty=0.0):
         self.candidates = candidate_selection(order, beam_size, double_topk)
+        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=int(min_len),
+                                                            unk_penalty=float(unk_penalty))
         self.order, self.tgt_dict = order, tgt_dict
-        self.eos, self.pad, self.unk = tgt_dict.eos(), tgt_dict.pad(), tgt_dict.unk()
+        self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
         self.beam_size, self.lenpen = int(beam_size), float(lenpen)
         self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
-        self.min_len, self.unk_penalty = int(min_len), float(unk_penalty)
+        self.min_len = int(min_len)
         self.reset_stats()
 
     def reset_stats(self):
@@ -279,38 +282,25 @@ class MultiTokenBeamSearch:
         return cand.score[:, :B] / (kept + 1).float() ** self.lenpen
 
     def _constrain(self, lprobs, step, max_steps, max_len):
-        """fairseq's constraints on the step's log-probs ``(n, B, z, V)``, in place (the step's own
-        fresh tensor; a copy cost ~2% of a beam-10 row)."""
-        lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # fairseq: lprobs[lprobs != lprobs] = -inf
-        lprobs[..., self.pad] = -math.inf
-        if self.unk_penalty:
-            lprobs[..., self.unk] -= self.unk_penalty
-        if step * self.order.z < self.min_len:
-            self._forbid_early_end(lprobs, step)
+        """fairseq's constraints (``constraints.GreedyConstraints``) on the step's log-probs
+        ``(n, B, z, V)``, in place (the step's own fresh tensor; a copy cost ~2% of a beam-10 row).
+
+        Which slots may not end, and which must, follow the group's layout: an end marker at offset i
+        of a segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is
+        forbidden where that is below ``--min-len`` (exact for one segment, conservative for
+        multi_segment).  At the length limit (last step) at most ``room`` < z tokens may be kept,
+        spread over the segments; the next slot of each segment becomes EOS, so every candidate of
+        the last step is finished, and the slots after it stay free (they are dropped)."""
+        z, w, S = self.order.z, self.order.width, self.order.segments
+        self.constraints.mask_invalid(lprobs)
+        offset = torch.arange(z, device=lprobs.device) % w  # of every slot within its segment's part
+        if step * z < self.min_len:
+            self.constraints.forbid_end(lprobs, step * z + offset < self.min_len)
         if step == max_steps - 1:
-            self._force_end(lprobs, max_len - step * self.order.z)
+            room = max_len - step * z
+            segment = torch.div(torch.arange(z, device=lprobs.device), w, rounding_mode="floor")
+            self.constraints.force_end(lprobs, offset == room // S + (segment < room % S).long())
         return lprobs
-
-    def _forbid_early_end(self, lprobs, step):
-        """``--min-len`` (fairseq: no EOS before min_len tokens): an end marker at offset i of a
-        segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is forbidden
-        where that is below min_len (exact for one segment, conservative for multi_segment)."""
-        w = self.order.width
-        for j in range(self.order.z):
-            if step * self.order.z + j % w < self.min_len:
-                lprobs[:, :, j, self.eos] = -math.inf
-
-    def _force_end(self, lprobs, room):
-        """Length limit (fairseq forces EOS at max_len): in the last group at most ``room`` < z
-        tokens may be kept, spread over the segments; the next slot of each segment becomes EOS,
-        so every candidate of the last step is finished."""
-        S, w = self.order.segments, self.order.width
-        for seg in range(S):
-            keep = room // S + (1 if seg < room % S else 0)
-            if keep < w:
-                eos_lp = lprobs[:, :, seg * w + keep, self.eos].clone()  # kept, as fairseq keeps it
-                lprobs[:, :, seg * w + keep, :] = -math.inf
-                lprobs[:, :, seg * w + keep, self.eos] = eos_lp
 
     def _kept_in_group(self, group_tokens):
         """Tokens of a final group kept by ``order.restore``: each segment's tokens before its
