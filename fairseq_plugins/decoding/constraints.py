@@ -61,7 +61,9 @@ class GreedyConstraints:
     # step count (the multi-token beam: segments of a group end apart, the slots after an end are dropped).
     def mask_invalid(self, lprobs: Tensor) -> Tensor:
         """The rules of every step, in place: NaN and PAD never chosen, UNK lowered by ``--unkpen``."""
-        lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # fairseq: lprobs[lprobs != lprobs] = -inf
+        # fairseq: lprobs[lprobs != lprobs] = -inf; one in-place pass (masked_fill_ over an isnan mask took
+        # 5-6x longer on CPU: 64 against 10-13 ms for a beam-10 x batch-32 x 2-slot x 32K-vocabulary step)
+        torch.nan_to_num_(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
         lprobs[..., self.pad] = -math.inf
         if self.unk_penalty:
             lprobs[..., self.unk] -= self.unk_penalty

@@ -176,28 +176,28 @@ class FinishedHypotheses:
         """Host side, once per batch: restore natural order and build fairseq's hypothesis dicts."""
         B, bsz = self.B, self.bsz
         tokens, lps = self.tokens.view(bsz, B + 1, -1)[:, :B].cpu(), self.lp.view(bsz, B + 1, -1)[:, :B].cpu()
-        score, slots = self.score.view(bsz, B + 1)[:, :B].cpu(), self.slots.view(bsz, B + 1)[:, :B].cpu()
-        device = self.tokens.device
+        score, slots = self.score.view(bsz, B + 1)[:, :B].cpu(), self.slots.view(bsz, B + 1)[:, :B].tolist()
+        ranked = [[j for j in sorted(range(B), key=lambda j: -row[j]) if math.isfinite(row[j])]
+                  for row in score.tolist()]
         with torch.device("cpu"):  # deliberately host-side: the order restores host tensors
-            return [self._sentence(order, eos, device, tokens[s], lps[s], score[s], slots[s]) for s in range(bsz)]
-
-    def _sentence(self, order, eos, device, tokens, lps, score, slots):
-        hypos = []
-        for j in sorted(range(self.B), key=lambda j: -float(score[j])):
-            if not math.isfinite(float(score[j])):
-                continue
-            gen, lp = tokens[j, :slots[j]], lps[j, :slots[j]]
-            index = torch.tensor(order.restore_index(gen, eos), dtype=torch.long, device="cpu")
-            nat_lp = lp[index]
-            hypos.append({
-                "tokens": torch.cat([gen[index], torch.tensor([eos], device="cpu")]).to(device),
-                "score": score[j].to(device),
-                "positional_scores": torch.cat([nat_lp, (lp.sum() - nat_lp.sum()).view(1)]).to(device),
-                "attention": None,
-                "alignment": None,
-                "generation_tokens": gen.to(device),  # raw generation order, for checks/analysis
-            })
-        return hypos
+            natural = [[order.restore_index(tokens[s, j, :slots[s][j]], eos) for j in ranked[s]] for s in range(bsz)]
+        device, out = self.tokens.device, []
+        for s in range(bsz):
+            hypos = []
+            for j, index in zip(ranked[s], natural[s]):
+                gen, lp = tokens[s, j, :slots[s][j]], lps[s, j, :slots[s][j]]
+                index = torch.tensor(index, dtype=torch.long, device="cpu")
+                nat_lp = lp[index]
+                hypos.append({
+                    "tokens": torch.cat([gen[index], torch.tensor([eos], device="cpu")]).to(device),
+                    "score": score[s, j].to(device),
+                    "positional_scores": torch.cat([nat_lp, (lp.sum() - nat_lp.sum()).view(1)]).to(device),
+                    "attention": None,
+                    "alignment": None,
+                    "generation_tokens": gen.to(device),  # raw generation order, for checks/analysis
+                })
+            out.append(hypos)
+        return out
 
 
 class MultiTokenBeamSearch:
