@@ -77,7 +77,7 @@ def reference_search(order, sentence, B, max_len, lenpen, double_topk, min_len=1
             for slot in range(z):  # --min-len: an end marker at offset i of a segment keeps >= step*z + i tokens
                 if step * z + slot % w < min_len:
                     lp[slot, EOS] = -math.inf
-            if step == max_steps - 1:  # forced end markers, as _force_end
+            if step == max_steps - 1:  # forced end markers, as MultiTokenBeamSearch._constrain
                 room = max_len - step * z
                 for seg in range(S):
                     keep = room // S + (1 if seg < room % S else 0)
