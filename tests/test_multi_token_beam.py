@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 from fairseq.data import Dictionary
+from torch.overrides import TorchFunctionMode
 
 from _reorder_utils import build
 from conftest import PLUGIN_DIR, fairseq_cli, run
-from fairseq_plugins.decoding.multi_token_beam import MultiTokenBeamSearch
-from fairseq_plugins.orders import get_order
+from fairseq_plugins.decoding.beam_candidates import DoubleTopK
+from fairseq_plugins.decoding.multi_token_beam import FinishedHypotheses, ModelStepper, MultiTokenBeamSearch
+from fairseq_plugins.orders import OrderError, get_order
 
 EOS, PAD, V = 2, 1, 8
 
@@ -75,7 +77,7 @@ def reference_search(order, sentence, B, max_len, lenpen, double_topk, min_len=1
             for slot in range(z):  # --min-len: an end marker at offset i of a segment keeps >= step*z + i tokens
                 if step * z + slot % w < min_len:
                     lp[slot, EOS] = -math.inf
-            if step == max_steps - 1:  # forced end markers, as _force_end
+            if step == max_steps - 1:  # forced end markers, as MultiTokenBeamSearch._constrain
                 room = max_len - step * z
                 for seg in range(S):
                     keep = room // S + (1 if seg < room % S else 0)
@@ -163,6 +165,17 @@ def test_hand_checked_greedy_and_end_marker_slots():
     out = MultiTokenBeamSearch(order, d, beam_size=1).search(
         FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))
     assert out[0][0]["tokens"].tolist() == [a, b, EOS]
+
+
+def test_unk_penalty_as_fairseq():
+    """``--unkpen`` lowers UNK's log-prob before selection, as fairseq's ``lprobs[:, unk] -= unk_penalty``."""
+    order, d = get_order("interleave"), dictionary()
+    a, b = 4, 5
+    table = [{0: {d.unk(): 0.6, a: 0.4}, 1: {b: 0.9}}, {0: {EOS: 0.9}, 1: {EOS: 0.9}}]
+    plain, penalised = (MultiTokenBeamSearch(order, d, beam_size=1, unk_penalty=pen).search(
+        FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))[0][0] for pen in (0.0, 1.0))
+    assert plain["tokens"].tolist() == [d.unk(), b, EOS] and penalised["tokens"].tolist() == [a, b, EOS]
+    assert math.isclose(float(penalised["positional_scores"][0]), math.log(0.4), rel_tol=1e-5)
 
 
 def test_beam_beats_greedy_on_a_known_case():
@@ -283,9 +296,208 @@ def test_double_topk_without_the_pair_table_equals_the_materialised_one(W, V):
         lprobs = torch.log_softmax(3 * torch.randn(6, W, 2, V, generator=g), dim=-1)
         lprobs[..., 1] = -math.inf
         scores = -5 * torch.rand(6, W, generator=g)
-        got_score, got_beam, got_tok, got_lp = gen._double_topk(scores, lprobs)
+        got_score, got_beam, got_tok, got_lp = gen.candidates.step(scores, lprobs)
         want_score, want_beam, want_tok = _materialised_double_topk(scores, lprobs)
         assert torch.equal(got_score, want_score)
         assert torch.equal(got_beam, want_beam) and torch.equal(got_tok, want_tok)
         picked = lprobs.gather(1, got_beam[..., None, None].expand(-1, -1, 2, V)).gather(-1, got_tok[..., None])[..., 0]
         assert torch.equal(got_lp, picked)
+
+
+# ---- sync budget, NaN safety (issue 18) ----
+
+class SyncCounter(TorchFunctionMode):
+    """Counts, per beam step, the calls that make a GPU wait for the host (``.tolist()``, ``.item()``,
+    ``int()``/``bool()``/``float()`` of a tensor, ``nonzero``, boolean-mask indexing, copies to the
+    host) and the copies of host data onto the device (``torch.tensor``, ``.to(device)``).  A step
+    opens at each decoder call (``ModelStepper.step``) and the last one closes when the hypotheses
+    are built (``FinishedHypotheses.hypotheses``, once per batch)."""
+
+    SYNCS = {"tolist", "item", "__bool__", "__int__", "__float__", "__index__", "nonzero", "argwhere",
+             "masked_select", "unique", "equal", "allclose", "is_nonzero", "cpu", "numpy"}
+    HOST_DATA = {"tensor", "as_tensor", "new_tensor", "from_numpy"}
+
+    def __init__(self):
+        super().__init__()
+        self.syncs, self.copies, self.rows, self.open = [], [], [], False
+
+    def start_step(self):
+        self.syncs.append(0)
+        self.copies.append(0)
+        self.open = True
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.open:
+            name = getattr(func, "__name__", "")
+            index = args[1] if name in ("__getitem__", "__setitem__") and len(args) > 1 else None
+            indices = index if isinstance(index, tuple) else (index,)
+            if name in self.SYNCS or any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
+                self.syncs[-1] += 1
+            if name in self.HOST_DATA or (name in ("to", "copy_") and (
+                    "device" in kwargs or any(isinstance(a, (str, torch.device)) for a in args[1:]))):
+                self.copies[-1] += 1
+        return func(*args, **kwargs)
+
+
+@pytest.fixture
+def sync_counter(monkeypatch):
+    counter = SyncCounter()
+    step, hypotheses = ModelStepper.step, FinishedHypotheses.hypotheses
+
+    def counted_step(self, decoder_input):
+        counter.start_step()
+        counter.rows.append(decoder_input.size(0))
+        return step(self, decoder_input)
+
+    def uncounted_hypotheses(self, *args):
+        counter.open = False
+        return hypotheses(self, *args)
+
+    monkeypatch.setattr(ModelStepper, "step", counted_step)
+    monkeypatch.setattr(FinishedHypotheses, "hypotheses", uncounted_hypotheses)
+    return counter
+
+
+def test_sync_counter_sees_every_kind_of_sync():
+    """The counter is not blind: each sync kind counts once, plain device work not at all."""
+    t = torch.tensor([3, 0, 1], device="cpu")
+    counter = SyncCounter()
+    with counter:
+        counter.start_step()
+        t.tolist()
+        t[0].item()
+        bool(t[0])
+        int(t[0])
+        t.nonzero()
+        _ = t[t > 0]
+        if t[1]:
+            pass
+        assert counter.syncs == [7] and counter.copies == [0]
+        counter.start_step()
+        torch.tensor([1], device="cpu")
+        t.to("cpu")
+        t.to(torch.float)  # a dtype change alone is no copy between devices
+        (t + 1).topk(2)
+        torch.full((2,), 1, device="cpu")
+    assert counter.syncs == [7, 0] and counter.copies == [0, 2]
+
+
+SYNC_CASES = [("head_tail", 2, 1, [], False), ("head_tail", 2, 1, [], True), ("interleave", 2, 1, [], False),
+              ("interleave", 2, 2, [], False), ("multi_segment", 4, 1, [], False),
+              ("interleave", 2, 1, ["--vanilla-mask"], True), ("interleave", 2, 1, ["--independent-directions"], False),
+              ("interleave", 2, 1, ["--middle-to-side"], False), ("interleave", 2, 1, ["--vanilla-positions"], True)]
+
+
+def _random_batch(task, lengths, seed=3):
+    torch.manual_seed(seed)
+    pad, width = task.source_dictionary.pad(), max(lengths)
+    src = torch.full((len(lengths), width), pad)
+    for i, n in enumerate(lengths):  # fairseq left-pads sources
+        src[i, width - n:] = torch.randint(4, 40, (n,))
+    return {"net_input": {"src_tokens": src, "src_lengths": torch.tensor(lengths)}}
+
+
+class EndsBySentence:
+    """Wraps a stepper: sentence s ends at step 1 + s (EOS has log-prob 0 in every slot from then on,
+    -inf before), so the sentences leave the batch one step after another.  Rows are followed
+    through ``reorder`` with device ops only, as the search's own state."""
+
+    def __init__(self, stepper, bsz, beam, eos):
+        self.stepper, self.eos, self.step_no = stepper, eos, 0
+        self.sentence = torch.arange(bsz, device="cpu").repeat_interleave(beam)
+
+    def step(self, decoder_input):
+        lprobs = self.stepper.step(decoder_input)
+        ending = (self.sentence + 1 <= self.step_no)[:, None]
+        lprobs[..., self.eos] = torch.where(ending, 0.0, -math.inf)
+        self.step_no += 1
+        return lprobs
+
+    def reorder(self, rows, shrink=False):
+        self.sentence = self.sentence.index_select(0, rows)
+        self.stepper.reorder(rows, shrink)
+
+
+@pytest.mark.parametrize("name,h,c,flags,double_topk", SYNC_CASES, ids=lambda v: str(v))
+def test_at_most_one_sync_and_no_copy_per_step(tmp_path, sync_counter, name, h, c, flags, double_topk):
+    """Every order and ablation, with and without DOUBLETOPK: one host sync per beam step (the
+    ``nonzero`` that drops finished sentences) and no host-to-device copy, while sentences leave
+    the batch at different steps."""
+    task, model, _ = build(tmp_path, name, h, c, flags)
+    order, bsz, beam = model.generation_order, 4, 3
+    gen = MultiTokenBeamSearch(order, task.target_dictionary, beam_size=beam, double_topk=double_topk, min_len=2)
+    sample = _random_batch(task, [7, 3, 6, 5])
+    stepper = EndsBySentence(ModelStepper(model, sample["net_input"], beam, 12 * order.z, order), bsz, beam,
+                             task.target_dictionary.eos())
+    with torch.inference_mode(), sync_counter:
+        out = gen.search(stepper, bsz, 20, torch.device("cpu"))
+    steps = gen.stats["steps"]
+    assert sync_counter.rows == [12, 12, 9, 6, 3] and steps == 5 and all(len(hypos) == beam for hypos in out)
+    assert max(sync_counter.syncs) <= 1 and sum(sync_counter.syncs) >= 1, sync_counter.syncs
+    assert sync_counter.copies == [0] * steps
+
+
+class PoisonedStepper:
+    """Wraps a stepper: the log-probs of ``token`` become ``value`` (NaN as after an fp16 overflow)
+    in every slot, or every log-prob when ``token`` is None."""
+
+    def __init__(self, stepper, token, value):
+        self.stepper, self.token, self.value = stepper, token, value
+
+    def step(self, decoder_input):
+        lprobs = self.stepper.step(decoder_input)
+        if self.token is None:
+            return torch.full_like(lprobs, self.value)
+        lprobs[..., self.token] = self.value
+        return lprobs
+
+    def reorder(self, rows, shrink=False):
+        self.stepper.reorder(rows, shrink)
+
+
+@pytest.mark.parametrize("name,double_topk", [("head_tail", True), ("interleave", False), ("multi_segment", False)])
+def test_nan_in_the_vocabulary_is_never_chosen(tmp_path, name, double_topk):
+    """A NaN log-prob for the token the model likes best behaves as -inf (fairseq's guard): every
+    sentence still gets hypotheses, no score is NaN, and they equal the -inf run bit for bit."""
+    task, model, _ = build(tmp_path, name)
+    order, d = model.generation_order, task.target_dictionary
+    sample = _random_batch(task, [7, 3, 6])
+    gen = MultiTokenBeamSearch(order, d, beam_size=3, max_len_b=10, double_topk=double_topk)
+    favourite = gen.generate([model], sample)[0][0]["generation_tokens"][0].item()
+
+    def decode(value):
+        stepper = ModelStepper(model, sample["net_input"], 3, 12 * order.z, order)
+        with torch.inference_mode():
+            return gen.search(PoisonedStepper(stepper, favourite, value), 3, 10, torch.device("cpu"))
+
+    poisoned, masked = decode(float("nan")), decode(-math.inf)
+    for hypos, want in zip(poisoned, masked):
+        assert len(hypos) == 3
+        assert [(h["tokens"].tolist(), float(h["score"])) for h in hypos] == \
+            [(h["tokens"].tolist(), float(h["score"])) for h in want]
+        for h in hypos:
+            assert math.isfinite(float(h["score"])) and favourite not in h["generation_tokens"].tolist()
+            assert not torch.isnan(h["positional_scores"]).any() and len(h["tokens"]) <= 11
+
+
+@pytest.mark.parametrize("value", [float("nan"), -math.inf])
+@pytest.mark.parametrize("double_topk", [False, True])
+def test_no_usable_log_prob_ends_within_the_length_limit(value, double_topk):
+    """NaN or -inf everywhere: the loop stops within max_len // z + 1 decoder calls, with no NaN
+    score (a sentence without any finite hypothesis gets none, rather than a NaN one)."""
+    order = get_order("head_tail")
+    gen = MultiTokenBeamSearch(order, dictionary(), beam_size=3, double_topk=double_topk)
+    stepper = PoisonedStepper(StubStepper(2, 3, 2), None, value)
+    out = gen.search(stepper, 2, max_len=9, device=torch.device("cpu"))
+    assert len(out) == 2 and gen.stats["model_calls"] <= 9 // 2 + 1
+    assert all(math.isfinite(float(h["score"])) for hypos in out for h in hypos)
+
+
+def test_double_topk_rule_lives_in_its_constructor():
+    """DOUBLETOPK is defined for two directions of one token each; any other order is refused with
+    a message that says what to do."""
+    DoubleTopK(get_order("interleave"), 4)
+    for order in (get_order("interleave", 2, 2), get_order("multi_segment", 4), get_order("l2r", 1, 2)):
+        with pytest.raises(OrderError, match="drop --double-topk"):
+            MultiTokenBeamSearch(order, dictionary(), double_topk=True)

@@ -31,7 +31,6 @@ appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed;
 (draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
-import math
 from typing import Dict, List, Optional
 
 import torch
@@ -39,6 +38,7 @@ from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
 from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock, draft_lengths
+from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.drafters import DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.verifier import Verifier
@@ -75,6 +75,7 @@ class DraftVerifyGenerator:
             raise DraftVerifyOptionError("--temperature must be > 0")
         self.temperature = temperature
         self.max_len = max_len or self.model.max_decoder_positions()
+        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=min_len, unk_penalty=unk_penalty)
         if jacobi_length not in ("max", "greedy_oracle"):
             raise DraftVerifyOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
         self.length_oracle = jacobi_length == "greedy_oracle" and drafter.needs_target_length
@@ -167,8 +168,6 @@ class DraftVerifyGenerator:
         finalized: List[Optional[List[Dict]]] = [None] * bsz
         counters = torch.zeros(2, dtype=torch.long, device=device)  # draft_accepted, draft_tokens
         arange = torch.arange(width + 1, device=device)
-        not_eos = torch.ones(self.vocab_size, dtype=torch.bool, device=device)
-        not_eos[self.eos] = False
         lengths = [0] * bsz  # host copy of n_gen
         iteration, row_iterations = 0, 0
         if policy.expects_draft():
@@ -199,11 +198,11 @@ class DraftVerifyGenerator:
             offered = dlen.gt(0).long() if asked else None
             accepted = None
             if not lazy:
-                lprobs = self._constrained(logits, steps, longest, max_len, iteration, not_eos)
+                lprobs = self._constrained(logits, steps, longest, max_len, iteration)
                 top, top_lprob = self._top(lprobs, self._running_scores(score, lprobs, draft))
             else:  # project onto the vocabulary only up to the columns some row still needs
                 lprobs, top, top_lprob, accepted = self._score_until_rejected(
-                    verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration, not_eos)
+                    verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration)
                 m = lprobs.size(1)
                 draft, hidden = draft[:, : m - 1], hidden[:, :m]
             if m > 1:
@@ -299,21 +298,14 @@ class DraftVerifyGenerator:
         return finalized
 
     # ---- scoring the fed columns ----
-    def _constrained(self, logits, steps, longest, max_len, iteration, not_eos):
+    def _constrained(self, logits, steps, longest, max_len, iteration):
         """Log-probs of fed columns whose steps are ``steps`` (``(m,)`` or ``(B, m)``), with fairseq's
         greedy constraints (sequence_generator.py: pad, unk, max_len, min_len)."""
         if self.temperature != 1.0:
             logits = logits.div_(self.temperature)
         lprobs = self.verifier.log_probs(logits)
-        lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # as fairseq (lprobs[lprobs != lprobs] = -inf): fp16 overflow
-        lprobs[:, :, self.pad] = -math.inf
-        if self.unk_penalty:
-            lprobs[:, :, self.unk] -= self.unk_penalty
-        if longest + steps.size(-1) - 1 >= max_len:  # ``longest``: the longest row's step at the first column
-            lprobs.masked_fill_((steps >= max_len).unsqueeze(-1) & not_eos, -math.inf)
-        if iteration < self.min_len:  # every row has >= iteration tokens
-            lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
-        return lprobs
+        # ``longest``: the longest row's step at the first column; every row has >= ``iteration`` tokens
+        return self.constraints.apply(lprobs, steps, max_len, min_step=iteration, max_step=longest + steps.size(-1) - 1)
 
     @staticmethod
     def _bounded(count: Tensor, ended: Tensor, n_gen: Tensor, max_len: int):
@@ -340,8 +332,7 @@ class DraftVerifyGenerator:
             return self.lazy_verify and not drafter.needs_all_columns
         return device.type == "cpu" and not drafter.needs_all_columns
 
-    def _score_until_rejected(self, verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration,
-                              not_eos):
+    def _score_until_rejected(self, verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration):
         """Score columns 0..1, then 2..3, 4..7, ... of the fed ``[last, d_1..d_{m-1}]`` until every row
         has a rejected draft token among them (acceptance rules are prefix rules: a row's accepted
         length is final once a column rejects).  Returns lprobs/top/top_lprob of the first ``m'``
@@ -355,7 +346,7 @@ class DraftVerifyGenerator:
         while True:
             a, b = b, min(m, max(2, 2 * b))
             lp = self._constrained(verifier.project(hidden[:, a:b]), steps[..., a:b], longest + a, max_len,
-                                   iteration, not_eos)
+                                   iteration)
             running = self._running_scores(before, lp, draft[:, a:b])  # (B, b - a [+ 1: before column b])
             top, top_lp = self._top(lp, running[:, : b - a])
             lprobs_parts.append(lp), top_parts.append(top), top_lp_parts.append(top_lp)

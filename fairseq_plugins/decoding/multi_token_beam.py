@@ -1,39 +1,42 @@
 """Step-wise multi-token beam search (docs/METHODS.md §2): IBDecoder Alg. 1 and Imamura & Sumita's DOUBLETOPK.
 
 Each step the decoder scores z = h*c new slots of every hypothesis at once (one incremental call).
+A step reads as named parts:
 
-* Candidates (IBDecoder Alg. 1, lines 6-8): per hypothesis the top-B tokens of every slot, the
-  outer addition of the z log-prob vectors pruned to the top-B groups (pruning to B after each
-  added slot is exact: a group outside the top-B partial sums is beaten by B groups sharing its
-  suffix), then the B*B candidates of the beam ranked by total score.
-* DOUBLETOPK (Imamura Alg. 1, h=2, c=1, ``--double-topk``): over the whole beam the top 2W left
-  tokens, then the top 3W (left, right) pairs, right tokens taken from the full vocabulary (ranked
-  among each beam's top-3W right tokens: the same pairs, without a (n, 2W, V) table).
+* Constraints (fairseq's, ``constraints.GreedyConstraints`` through ``_constrain``): NaN log-probs
+  are -inf (as fairseq's ``lprobs[lprobs != lprobs] = -inf``), PAD is never chosen, ``--unkpen``
+  lowers UNK; ``--min-len`` forbids end markers that would leave fewer natural tokens, as fairseq's
+  no-EOS-before-min_len; at the length limit EOS is forced.
+* Candidates (``beam_candidates``): IBDecoder's outer top-k (Alg. 1, lines 6-8) or, with
+  ``--double-topk``, Imamura's DOUBLETOPK; the rule is picked once, when the generator is built.
 * Stopping rule: a hypothesis ends at the first step whose group holds an end marker (EOS, which
-  doubles as EOD); the group's tokens after the end marker (per segment) are dropped.  ``--min-len``
-  forbids end markers that would leave fewer natural tokens (``_forbid_early_end``), as fairseq's
-  no-EOS-before-min_len.
-* Finishing (Alg. 1 line 10 / Imamura lines 8-11): a candidate whose group holds an end marker
-  (EOS, which doubles as EOD) is finished; finished candidates ranked within the top B are
-  finalized (fairseq's rule: only competitive finished hypotheses are kept), and the beam goes
-  on with the best B unfinished ones (Imamura lines 13-19).  A sentence is done with B
-  finalized hypotheses, as fairseq's beam search; at the length limit EOS is forced (``_force_end``).
+  doubles as EOD); the group's tokens after the end marker (per segment) are dropped.
+* Finishing (Alg. 1 line 10 / Imamura lines 8-11, ``FinishedHypotheses.add``): finished
+  candidates ranked within the top B are finalized (fairseq's rule: only competitive finished
+  hypotheses are kept), and the beam goes on with the best B unfinished ones (Imamura lines
+  13-19, ``_survivors``).  A sentence is done with B finalized hypotheses, as fairseq's beam search.
 * Length penalty (fairseq ``--lenpen``): score / len**lenpen with len = natural tokens kept
   after restoring, + 1 for EOS -- the same count fairseq uses for left-to-right hypotheses.
 * Output: natural order (``order.restore``) with a final EOS, as fairseq; positional_scores are
   the slots' log-probs in natural order, the final EOS entry holding the log-probs of the dropped
   slots of the last group, so that sum(positional_scores) is the unnormalised score.
 
-The loop keeps everything on the model's device; one host sync per step decides which sentences
-are done (finished sentences leave the batch, as in fairseq).  ``stats`` counts decoder calls.
+The loop keeps everything on the model's device and makes one host synchronisation per step, for
+every order and ablation: it decides which sentences are done (finished sentences leave the batch,
+as in fairseq).  The loop is ``range(max_steps)``: it ends at the length limit whatever the
+log-probs (NaN, -inf everywhere).  ``stats`` counts decoder calls.
 """
 import math
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
+from fairseq_plugins.decoding.beam_candidates import Candidates, candidate_selection
+from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.step import DecoderStep
-from fairseq_plugins.orders import OrderError
 
 
 class ModelStepper:
@@ -49,23 +52,39 @@ class ModelStepper:
         self.cache = self.step_fn.begin(encoder_out, capacity, group=beam)
         self.order = order
         self.z = order.z
-        self._masks = {}
+        self.device = src_tokens.device
+        self._allowed, self._masked_steps = None, ()
+        if order.vanilla_mask or order.independent_directions:
+            self._build_masks(capacity)
 
-    def _mask(self, past, device):
-        """The order's rows past..past+z of M(h,c) with its ablations, or None when all allowed."""
-        if not (self.order.vanilla_mask or self.order.independent_directions):
+    def _build_masks(self, capacity):
+        """The order's mask with its ablations (Table 2), built once per batch before the loop: on the
+        device, the matrix the steps slice; on the host, which steps need a mask at all (None elsewhere)."""
+        size = -(-capacity // self.z) * self.z
+        with torch.device("cpu"):  # deliberately host-side: one copy to the device per batch, no sync per step
+            allowed = self.order.allowed(size)
+            slots = torch.arange(size)
+            step_end = (torch.div(slots, self.z, rounding_mode="floor") + 1) * self.z
+            blocked = ~allowed & (slots[None, :] < step_end[:, None])  # over the columns a step attends
+            self._masked_steps = blocked.view(size // self.z, -1).any(1).tolist()
+        self._allowed = allowed.to(self.device)
+
+    def _mask(self, past):
+        """Rows past..past+z of the order's mask over past+z columns, or None when all allowed."""
+        if self._allowed is None:
             return None
-        if past not in self._masks:
-            allowed = self.order.allowed(past + self.z)[past:]
-            self._masks[past] = None if bool(allowed.all()) else allowed.to(device)
-        return self._masks[past]
+        if past + self.z > self._allowed.size(0):  # only when the caller's capacity was too small
+            self._build_masks(2 * (past + self.z))
+        if not self._masked_steps[past // self.z]:
+            return None
+        return self._allowed[past:past + self.z, :past + self.z]
 
     def step(self, decoder_input):
         """decoder_input: (rows, slots so far) -> log-probs (rows, z, V) of the last z slots, fp32."""
         past = self.cache.max_length
         tokens = decoder_input[:, -self.z:]
         slots = torch.arange(past, past + self.z, device=tokens.device)
-        logits, _ = self.step_fn(self.cache, tokens, slots, causal=False, attn_mask=self._mask(past, tokens.device))
+        logits, _ = self.step_fn(self.cache, tokens, slots, causal=False, attn_mask=self._mask(past))
         self.cache.advance(self.z)
         return DecoderStep.log_probs(logits)
 
@@ -76,16 +95,122 @@ class ModelStepper:
             self.cache.reorder(rows)
 
 
+class Survivors(NamedTuple):
+    """The best B unfinished candidates of every active sentence (the next step's beam)."""
+    scores: Tensor  # (n, B) running scores, -inf where a sentence has fewer
+    rows: Tensor    # (n*B,) the row of the hypothesis each continues
+    tokens: Tensor  # (n*B, z) the group each appends
+    lprobs: Tensor  # (n*B, z) its log-probs
+
+
+class LiveBeam:
+    """The live hypotheses of the active sentences: B consecutive rows per sentence."""
+
+    def __init__(self, bsz, beam_size, z, eos, device):
+        B = beam_size
+        self.B, self.z = B, z
+        self.sent = torch.arange(bsz, device=device)  # original sentence of every active sentence
+        self.scores = torch.full((bsz, B), -math.inf, device=device)
+        self.scores[:, 0] = 0.0  # one live hypothesis per sentence at the start (Alg. 1 line 1)
+        self.decoder_input = torch.full((bsz * B, z), eos, dtype=torch.long, device=device)  # z start symbols
+        self.hist_lp = torch.zeros(bsz * B, 0, device=device)
+        self.first_row = torch.arange(bsz, device=device)[:, None] * B  # (n, 1): row of each sentence's beam 0
+
+    @property
+    def sentences(self):
+        return self.sent.size(0)
+
+    def rows(self, beam):
+        """Rows of the hypotheses ``beam`` (n, k), numbered within their sentences."""
+        return (self.first_row + beam).view(-1)
+
+    def advance(self, stepper, survivors: Survivors, live: Tensor):
+        """Keep the sentences ``live`` (host-known size) and continue with their survivors."""
+        rows, tokens, lprobs, scores = survivors.rows, survivors.tokens, survivors.lprobs, survivors.scores
+        shrink = live.numel() < self.sentences
+        if shrink:  # finished sentences leave the batch
+            keep = (live[:, None] * self.B + torch.arange(self.B, device=live.device)).view(-1)
+            rows, tokens, lprobs, scores = rows[keep], tokens[keep], lprobs[keep], scores[live]
+            self.sent = self.sent[live]
+            self.first_row = self.first_row[:live.numel()]
+        stepper.reorder(rows, shrink=shrink)
+        self.scores = scores
+        self.decoder_input = torch.cat([self.decoder_input.index_select(0, rows), tokens], 1)
+        self.hist_lp = torch.cat([self.hist_lp.index_select(0, rows), lprobs], 1)
+
+
+class FinishedHypotheses:
+    """Finalized hypotheses on the device: B slots per sentence plus one trash slot for masked writes."""
+
+    def __init__(self, bsz, beam_size, width, pad, device):
+        B, self.B, self.bsz, self.width, self.pad = beam_size, beam_size, bsz, width, pad
+        self.tokens = torch.full((bsz * (B + 1), width), pad, dtype=torch.long, device=device)
+        self.lp = torch.zeros(bsz * (B + 1), width, device=device)
+        self.score = torch.full((bsz * (B + 1),), -math.inf, device=device)
+        self.slots = torch.zeros(bsz * (B + 1), dtype=torch.long, device=device)
+        self.count = torch.zeros(bsz, dtype=torch.long, device=device)  # per active sentence
+
+    def add(self, beam: LiveBeam, cand: Candidates, finished: Tensor, final_score: Tensor, step: int):
+        """Finalize the finished candidates ranked in the top B (``final_score``: length-penalised)."""
+        B, z, n = self.B, beam.z, beam.sentences
+        top = slice(0, B)
+        fin_now = finished[:, top] & torch.isfinite(cand.score[:, top])
+        slot = self.count[:, None] + fin_now.long().cumsum(1) - 1
+        write = fin_now & (slot < B)
+        target = (beam.sent[:, None] * (B + 1) + torch.where(write, slot, torch.full_like(slot, B))).view(-1)
+        rows = beam.rows(cand.beam[:, top])
+        room = (0, self.width - (step + 1) * z)
+        prev_tok = beam.decoder_input[:, z:].index_select(0, rows)
+        self.tokens.index_copy_(0, target, F.pad(torch.cat([prev_tok, cand.tokens[:, top].reshape(n * B, z)], 1),
+                                                 room, value=self.pad))
+        self.lp.index_copy_(0, target, F.pad(
+            torch.cat([beam.hist_lp.index_select(0, rows), cand.lprobs[:, top].reshape(n * B, z)], 1), room))
+        self.score.index_copy_(0, target, final_score.reshape(-1))
+        self.slots.index_copy_(0, target, torch.full_like(target, (step + 1) * z))
+        self.count = self.count + write.long().sum(1)
+
+    def select(self, live: Tensor):
+        self.count = self.count[live]
+
+    def hypotheses(self, order, eos):
+        """Host side, once per batch: restore natural order and build fairseq's hypothesis dicts."""
+        B, bsz = self.B, self.bsz
+        tokens, lps = self.tokens.view(bsz, B + 1, -1)[:, :B].cpu(), self.lp.view(bsz, B + 1, -1)[:, :B].cpu()
+        score, slots = self.score.view(bsz, B + 1)[:, :B].cpu(), self.slots.view(bsz, B + 1)[:, :B].tolist()
+        ranked = [[j for j in sorted(range(B), key=lambda j: -row[j]) if math.isfinite(row[j])]
+                  for row in score.tolist()]
+        with torch.device("cpu"):  # deliberately host-side: the order restores host tensors
+            natural = [[order.restore_index(tokens[s, j, :slots[s][j]], eos) for j in ranked[s]] for s in range(bsz)]
+        device, out = self.tokens.device, []
+        for s in range(bsz):
+            hypos = []
+            for j, index in zip(ranked[s], natural[s]):
+                gen, lp = tokens[s, j, :slots[s][j]], lps[s, j, :slots[s][j]]
+                index = torch.tensor(index, dtype=torch.long, device="cpu")
+                nat_lp = lp[index]
+                hypos.append({
+                    "tokens": torch.cat([gen[index], torch.tensor([eos], device="cpu")]).to(device),
+                    "score": score[s, j].to(device),
+                    "positional_scores": torch.cat([nat_lp, (lp.sum() - nat_lp.sum()).view(1)]).to(device),
+                    "attention": None,
+                    "alignment": None,
+                    "generation_tokens": gen.to(device),  # raw generation order, for checks/analysis
+                })
+            out.append(hypos)
+        return out
+
+
 class MultiTokenBeamSearch:
     """fairseq-generate compatible generator for models trained in a generation order."""
 
     def __init__(self, order, tgt_dict, beam_size=4, max_len_a=0.0, max_len_b=200, lenpen=1.0,
-                 double_topk=False, max_positions=None, min_len=1):
-        if double_topk and (order.h != 2 or order.c != 1):
-            raise OrderError("--double-topk needs h=2, c=1 (Imamura & Sumita's pairs)")
+                 double_topk=False, max_positions=None, min_len=1, unk_penalty=0.0):
+        self.candidates = candidate_selection(order, beam_size, double_topk)
+        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=int(min_len),
+                                                            unk_penalty=float(unk_penalty))
         self.order, self.tgt_dict = order, tgt_dict
         self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
-        self.beam_size, self.lenpen, self.double_topk = int(beam_size), float(lenpen), bool(double_topk)
+        self.beam_size, self.lenpen = int(beam_size), float(lenpen)
         self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
         self.min_len = int(min_len)
         self.reset_stats()
@@ -105,7 +230,7 @@ class MultiTokenBeamSearch:
         model = models[0]
         net_input = sample["net_input"]
         src_lengths = net_input["src_lengths"]
-        max_len = int(self.max_len_a * int(src_lengths.max()) + self.max_len_b)
+        max_len = int(self.max_len_a * int(src_lengths.max()) + self.max_len_b)  # once per batch
         limit = self.max_positions if self.max_positions is not None else model.max_decoder_positions()
         max_len = max(0, min(max_len, limit - 1))
         if self.min_len > max_len:
@@ -119,144 +244,62 @@ class MultiTokenBeamSearch:
     def search(self, stepper, bsz, max_len, device):
         """Batched beam search over any ``stepper`` with ``step(decoder_input)`` and ``reorder(rows)``;
         hypotheses keep at most ``max_len`` natural tokens (+ EOS), as fairseq's."""
-        B, z, eos = self.beam_size, self.order.z, self.eos
+        B, z = self.beam_size, self.order.z
         max_steps = max_len // z + 1  # enough slots for any natural length <= max_len
-        width = max_steps * z
-        # finalized hypotheses: B slots per sentence plus one trash slot for masked writes
-        fin_tokens = torch.full((bsz * (B + 1), width), self.pad, dtype=torch.long, device=device)
-        fin_lp = torch.zeros(bsz * (B + 1), width, device=device)
-        fin_score = torch.full((bsz * (B + 1),), -math.inf, device=device)
-        fin_slots = torch.zeros(bsz * (B + 1), dtype=torch.long, device=device)
-        fin_count = torch.zeros(bsz, dtype=torch.long, device=device)
-
-        sent = torch.arange(bsz, device=device)  # original sentence of every active sentence
-        scores = torch.full((bsz, B), -math.inf, device=device)
-        scores[:, 0] = 0.0  # one live hypothesis per sentence at the start (Alg. 1 line 1)
-        decoder_input = torch.full((bsz * B, z), eos, dtype=torch.long, device=device)  # z start symbols
-        hist_lp = torch.zeros(bsz * B, 0, device=device)
+        beam = LiveBeam(bsz, B, z, self.eos, device)
+        finals = FinishedHypotheses(bsz, B, max_steps * z, self.pad, device)
         for step in range(max_steps):
-            lprobs = stepper.step(decoder_input)
+            lprobs = stepper.step(beam.decoder_input)
             self.stats["model_calls"] += 1
             self.stats["steps"] += 1
-            n = sent.size(0)
-            lprobs = lprobs.view(n, B, z, -1)
-            lprobs[..., self.pad] = -math.inf
-            if step * z < self.min_len:
-                lprobs = self._forbid_early_end(lprobs, step)
-            if step == max_steps - 1:
-                lprobs = self._force_end(lprobs, max_len - step * z)
-            cand_score, cand_beam, cand_tok, cand_lp = (
-                self._double_topk(scores, lprobs) if self.double_topk else self._outer_topk(scores, lprobs))
-            K = cand_score.size(1)
-            finished = cand_tok.eq(eos).any(-1)
-            # ---- finalize finished candidates ranked in the top B ----
-            top = slice(0, B)
-            fin_now = finished[:, top] & torch.isfinite(cand_score[:, top])
-            slot = fin_count[:, None] + fin_now.long().cumsum(1) - 1
-            write = fin_now & (slot < B)
-            target = sent[:, None] * (B + 1) + torch.where(write, slot, torch.full_like(slot, B))
-            rows = torch.arange(n, device=device)[:, None] * B + cand_beam[:, top]
-            prev_tok = decoder_input[:, z:].index_select(0, rows.view(-1))
-            fin_tokens.index_copy_(0, target.view(-1), torch.nn.functional.pad(
-                torch.cat([prev_tok, cand_tok[:, top].reshape(n * B, z)], 1), (0, width - (step + 1) * z),
-                value=self.pad))
-            fin_lp.index_copy_(0, target.view(-1), torch.nn.functional.pad(
-                torch.cat([hist_lp.index_select(0, rows.view(-1)), cand_lp[:, top].reshape(n * B, z)], 1),
-                (0, width - (step + 1) * z)))
-            kept = step * z + self._kept_in_group(cand_tok[:, top])
-            fin_score.index_copy_(0, target.view(-1),
-                                  (cand_score[:, top] / (kept + 1).float() ** self.lenpen).reshape(-1))
-            fin_slots.index_copy_(0, target.view(-1), torch.full_like(target.view(-1), (step + 1) * z))
-            fin_count = fin_count + write.long().sum(1)
-            # ---- continue with the best B unfinished candidates (Imamura lines 13-19) ----
-            open_score = cand_score.masked_fill(finished, -math.inf)
-            if K < B:
-                open_score = torch.nn.functional.pad(open_score, (0, B - K), value=-math.inf)
-            scores, pick = open_score.topk(B, dim=1)
-            pick = pick.clamp(max=K - 1)
-            beam_rows = (torch.arange(n, device=device)[:, None] * B + cand_beam.gather(1, pick)).view(-1)
-            new_tok = cand_tok.gather(1, pick[..., None].expand(-1, -1, z)).view(n * B, z)
-            new_lp = cand_lp.gather(1, pick[..., None].expand(-1, -1, z)).view(n * B, z)
-            done = fin_count.ge(B) | ~torch.isfinite(scores).any(1)
+            lprobs = self._constrain(lprobs.view(beam.sentences, B, z, -1), step, max_steps, max_len)
+            cand = self.candidates.step(beam.scores, lprobs)
+            finished = cand.tokens.eq(self.eos).any(-1)
+            finals.add(beam, cand, finished, self._final_score(cand, step), step)
+            survivors = self._survivors(beam, cand, finished)
+            done = finals.count.ge(B) | ~torch.isfinite(survivors.scores).any(1)
             live = (~done).nonzero().view(-1)  # the one host sync of the step
             if live.numel() == 0:
                 break
-            if live.numel() < n:  # finished sentences leave the batch
-                keep = (live[:, None] * B + torch.arange(B, device=device)).view(-1)
-                beam_rows, new_tok, new_lp = beam_rows[keep], new_tok[keep], new_lp[keep]
-                scores, sent, fin_count = scores[live], sent[live], fin_count[live]
-            stepper.reorder(beam_rows, shrink=live.numel() < n)
-            decoder_input = torch.cat([decoder_input.index_select(0, beam_rows), new_tok], 1)
-            hist_lp = torch.cat([hist_lp.index_select(0, beam_rows), new_lp], 1)
-        return self._hypotheses(bsz, fin_tokens, fin_lp, fin_score, fin_slots)
+            if live.numel() < beam.sentences:
+                finals.select(live)
+            beam.advance(stepper, survivors, live)
+        return finals.hypotheses(self.order, self.eos)
 
-    def _outer_topk(self, scores, lprobs):
-        """IBDecoder Alg. 1 lines 6-8: per hypothesis top-B per slot, outer addition, top-B groups."""
-        n, B, z, _ = lprobs.shape
-        top_lp, top_idx = lprobs.topk(B, dim=-1)  # (n, B, z, B)
-        group = top_lp[:, :, 0, :]  # (n, B, B) partial sums
-        choice = torch.arange(B, device=lprobs.device).view(1, 1, B, 1).expand(n, B, B, 1)
-        for i in range(1, z):
-            total = (group[..., :, None] + top_lp[:, :, i, None, :]).view(n, B, B * B)
-            group, idx = total.topk(B, dim=-1)
-            prev = torch.div(idx, B, rounding_mode="floor")
-            choice = torch.cat([choice.gather(2, prev[..., None].expand(-1, -1, -1, i)), (idx % B)[..., None]], -1)
-        gather = choice.permute(0, 1, 3, 2)  # (n, B, z, B)
-        tok = top_idx.gather(-1, gather).permute(0, 1, 3, 2)  # (n, B, B, z)
-        lp = top_lp.gather(-1, gather).permute(0, 1, 3, 2)
-        total = (scores[:, :, None] + group).view(n, B * B)
-        cand_score, order = total.sort(dim=1, descending=True)
-        cand_beam = torch.div(order, B, rounding_mode="floor")
-        pick = order[..., None].expand(-1, -1, z)
-        return cand_score, cand_beam, tok.reshape(n, B * B, z).gather(1, pick), lp.reshape(n, B * B, z).gather(1, pick)
+    def _survivors(self, beam, cand, finished):
+        """Imamura lines 13-19: the beam goes on with the best B unfinished candidates."""
+        B, z, n = self.beam_size, self.order.z, beam.sentences
+        scores, pick = cand.score.masked_fill(finished, -math.inf).topk(B, dim=1)
+        group = pick[..., None].expand(-1, -1, z)
+        return Survivors(scores, beam.rows(cand.beam.gather(1, pick)),
+                         cand.tokens.gather(1, group).view(n * B, z), cand.lprobs.gather(1, group).view(n * B, z))
 
-    def _double_topk(self, scores, lprobs):
-        """Imamura & Sumita Alg. 1 DOUBLETOPK: top 2W left tokens over the beam, then top 3W pairs.
+    def _final_score(self, cand, step):
+        """fairseq's length-normalised score of the top-B candidates if they end now: kept natural
+        tokens + 1 for EOS."""
+        B = self.beam_size
+        kept = step * self.order.z + self._kept_in_group(cand.tokens[:, :B])
+        return cand.score[:, :B] / (kept + 1).float() ** self.lenpen
 
-        Without the (n, 2W, V) pair table: a right token can only be among the best 3W pairs if it
-        is among the best 3W right tokens of its beam (the right log-probs depend on the beam only),
-        so each beam's top-3W right tokens are taken first and the 2W x 3W sums ranked (exact)."""
-        n, W, _, V = lprobs.shape
-        left_lp, right_lp = lprobs[:, :, 0, :], lprobs[:, :, 1, :]
-        left_score, left_idx = (scores[:, :, None] + left_lp).view(n, W * V).topk(min(2 * W, W * V), dim=1)
-        left_beam = torch.div(left_idx, V, rounding_mode="floor")
-        left_tok = left_idx % V
-        R = min(3 * W, V)
-        r_lp, r_tok = right_lp.topk(R, dim=-1)  # (n, W, R)
-        pairs = left_score[..., None] + r_lp.gather(1, left_beam[..., None].expand(-1, -1, R))  # (n, 2W, R)
-        cand_score, idx = pairs.view(n, -1).topk(min(3 * W, pairs[0].numel()), dim=1)
-        j = torch.div(idx, R, rounding_mode="floor")
-        beam = left_beam.gather(1, j)
-        ltok = left_tok.gather(1, j)
-        at = beam * R + idx % R
-        right_tok = r_tok.reshape(n, W * R).gather(1, at)
-        rlp = r_lp.reshape(n, W * R).gather(1, at)
-        # left log-probs read from the contiguous (n, W, 2, V) table: no copy of the strided left half
-        llp = lprobs.reshape(n, W * 2 * V).gather(1, beam * (2 * V) + ltok)
-        return cand_score, beam, torch.stack([ltok, right_tok], -1), torch.stack([llp, rlp], -1)
+    def _constrain(self, lprobs, step, max_steps, max_len):
+        """fairseq's constraints (``constraints.GreedyConstraints``) on the step's log-probs
+        ``(n, B, z, V)``, in place (the step's own fresh tensor; a copy cost ~2% of a beam-10 row).
 
-    def _forbid_early_end(self, lprobs, step):
-        """``--min-len`` (fairseq: no EOS before min_len tokens): an end marker at offset i of a
-        segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is forbidden
-        where that is below min_len (exact for one segment, conservative for multi_segment).  In
-        place: ``lprobs`` is the step's own fresh tensor (a copy cost ~2% of a beam-10 row)."""
-        w = self.order.width
-        for j in range(self.order.z):
-            if step * self.order.z + j % w < self.min_len:
-                lprobs[:, :, j, self.eos] = -math.inf
-        return lprobs
-
-    def _force_end(self, lprobs, room):
-        """Length limit (fairseq forces EOS at max_len): in the last group at most ``room`` < z
-        tokens may be kept, spread over the segments; the next slot of each segment becomes EOS,
-        so every candidate of the last step is finished.  In place, as ``_forbid_early_end``."""
-        S, w = self.order.segments, self.order.width
-        for seg in range(S):
-            keep = room // S + (1 if seg < room % S else 0)
-            if keep < w:
-                eos_lp = lprobs[:, :, seg * w + keep, self.eos].clone()  # kept, as fairseq keeps it
-                lprobs[:, :, seg * w + keep, :] = -math.inf
-                lprobs[:, :, seg * w + keep, self.eos] = eos_lp
+        Which slots may not end, and which must, follow the group's layout: an end marker at offset i
+        of a segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is
+        forbidden where that is below ``--min-len`` (exact for one segment, conservative for
+        multi_segment).  At the length limit (last step) at most ``room`` < z tokens may be kept,
+        spread over the segments; the next slot of each segment becomes EOS, so every candidate of
+        the last step is finished, and the slots after it stay free (they are dropped)."""
+        z, w, S = self.order.z, self.order.width, self.order.segments
+        self.constraints.mask_invalid(lprobs)
+        offset = torch.arange(z, device=lprobs.device) % w  # of every slot within its segment's part
+        if step * z < self.min_len:
+            self.constraints.forbid_end(lprobs, step * z + offset < self.min_len)
+        if step == max_steps - 1:
+            room = max_len - step * z
+            segment = torch.div(torch.arange(z, device=lprobs.device), w, rounding_mode="floor")
+            self.constraints.force_end(lprobs, offset == room // S + (segment < room % S).long())
         return lprobs
 
     def _kept_in_group(self, group_tokens):
@@ -265,32 +308,6 @@ class MultiTokenBeamSearch:
         n, k, z = group_tokens.shape
         not_end = group_tokens.ne(self.eos).view(n, k, self.order.segments, self.order.width)
         return not_end.long().cumprod(-1).sum(-1).sum(-1)
-
-    def _hypotheses(self, bsz, fin_tokens, fin_lp, fin_score, fin_slots):
-        """Host side, once per batch: restore natural order and build fairseq's hypothesis dicts."""
-        B = self.beam_size
-        tokens, lps = fin_tokens.view(bsz, B + 1, -1)[:, :B].cpu(), fin_lp.view(bsz, B + 1, -1)[:, :B].cpu()
-        score, slots = fin_score.view(bsz, B + 1)[:, :B].cpu(), fin_slots.view(bsz, B + 1)[:, :B].cpu()
-        device = fin_tokens.device
-        out = []
-        for s in range(bsz):
-            hypos = []
-            for j in sorted(range(B), key=lambda j: -float(score[s, j])):
-                if not math.isfinite(float(score[s, j])):
-                    continue
-                gen, lp = tokens[s, j, :slots[s, j]], lps[s, j, :slots[s, j]]
-                index = torch.tensor(self.order.restore_index(gen, self.eos), dtype=torch.long)
-                nat_lp = lp[index]
-                hypos.append({
-                    "tokens": torch.cat([gen[index], torch.tensor([self.eos])]).to(device),
-                    "score": score[s, j].to(device),
-                    "positional_scores": torch.cat([nat_lp, (lp.sum() - nat_lp.sum()).view(1)]).to(device),
-                    "attention": None,
-                    "alignment": None,
-                    "generation_tokens": gen.to(device),  # raw generation order, for checks/analysis
-                })
-            out.append(hypos)
-        return out
 
 
 def build_multi_token_generator(task, models, args):
@@ -302,4 +319,4 @@ def build_multi_token_generator(task, models, args):
         order, task.target_dictionary, beam_size=getattr(args, "beam", 4),
         max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
         lenpen=getattr(args, "lenpen", 1.0), double_topk=getattr(task.cfg, "double_topk", False),
-        min_len=getattr(args, "min_len", 1) or 1)
+        min_len=getattr(args, "min_len", 1) or 1, unk_penalty=getattr(args, "unkpen", 0.0) or 0.0)
