@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import fairseq_plugins  # noqa: F401  (compat repairs + registration; the root is on pytest's pythonpath)
 
-import fairseq_plugins  # noqa: E402,F401  (compat repairs + registration)
+REPO = Path(__file__).resolve().parents[1]
 
 PLUGIN_DIR = str(REPO / "fairseq_plugins")
 BIN = Path(sys.executable).parent
