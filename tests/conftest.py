@@ -56,7 +56,9 @@ def _cached(name, key_parts, build):
     import fairseq
 
     h = hashlib.sha1(repr((key_parts, fairseq.__version__)).encode())
-    h.update((REPO / "scripts" / "build_message_corpus.py").read_bytes())
+    for builder in ("scripts/build_message_corpus.py", "fairseq_plugins/corpora/files.py",
+                    "fairseq_plugins/corpora/subwords.py", "fairseq_plugins/corpora/binarize.py"):
+        h.update((REPO / builder).read_bytes())
     root = Path(os.environ.get("FAST_DECODING_TEST_CACHE", Path.home() / ".cache" / "fast-decoding-tests"))
     folder = root / f"{name}-{h.hexdigest()[:12]}"
     if not (folder / "DONE").exists():
