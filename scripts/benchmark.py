@@ -62,7 +62,6 @@ Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out`
 """
 import argparse
 import json
-import math
 import os
 import shlex
 import statistics
@@ -76,6 +75,8 @@ from tabulate import tabulate
 from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
 from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.generation import PLUGIN_DIR, Generation
+from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
+from fairseq_plugins.evaluation.timing import pair_ratio, time_interleaved
 from scripts.benchmark_plot import FAMILIES, plot  # FAMILIES: anchors, orders, draft-and-verify, non-autoregressive
 
 # ----------------------------------------------------------------------------------------------
@@ -299,120 +300,6 @@ def n_sentences(batches):
 
 def _ids(batch):
     return batch["id"].tolist() if isinstance(batch, dict) else [sid for sid, _ in batch]
-
-
-# ----------------------------------------------------------------------------------------------
-# measurements: interleaved timing, peak memory
-# ----------------------------------------------------------------------------------------------
-
-
-def time_interleaved(runners, runs, warmup=1, clock=time.perf_counter):
-    """Time ``runners[0]`` (the row) interleaved with ``runners[1:]`` (its references).
-
-    After ``warmup`` short passes of each runner, ``runs`` rounds in which every runner decodes its
-    timed batches once, the order reversed every other round (0 1 | 1 0 | 0 1 ...): each reference
-    time has a row time measured beside it under the same load, and a steady drift cancels.  The
-    row's counters are reset before its first timed pass and read right after it.  Returns (the
-    pass times of every runner, (model calls, stats) of the row's first timed pass)."""
-    for runner in runners:
-        for _ in range(warmup):
-            runner.decode(runner.timed_batches[: max(1, min(len(runner.timed_batches), 4))])
-    times = [[] for _ in runners]
-    counts = None
-    for k in range(runs):
-        for j in (range(len(runners)) if k % 2 == 0 else reversed(range(len(runners)))):
-            runner = runners[j]
-            if j == 0 and k == 0:
-                runner.reset_stats()
-            runner.sync()
-            t0 = clock()
-            runner.decode(runner.timed_batches)
-            runner.sync()
-            times[j].append(clock() - t0)
-            if j == 0 and k == 0:
-                counts = (runner.model_calls(), runner.stats())
-    return times, counts
-
-
-def pair_ratio(ref_times, row_times):
-    """Geometric mean over the interleaved pairs of reference time / row time, and (min, max)."""
-    ratios = [ref / row for ref, row in zip(ref_times, row_times)]
-    return math.exp(statistics.fmean(math.log(r) for r in ratios)), (min(ratios), max(ratios))
-
-
-MEMORY_BATCHES = 4  # peak memory over the timed batches with the longest sources (length-sorted order)
-
-
-def _modules(roots, depth=3):
-    """Every torch module reachable from ``roots`` through attributes, lists and dicts (a generator
-    holds its models, an engine its drafter, a drafter its own model)."""
-    import torch
-
-    seen, found, frontier = set(), [], list(roots)
-    for _ in range(depth + 1):
-        nxt = []
-        for obj in frontier:
-            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.Tensor)):
-                continue
-            seen.add(id(obj))
-            if isinstance(obj, torch.nn.Module):
-                found.append(obj)
-            elif isinstance(obj, (list, tuple, set)):
-                nxt.extend(obj)
-            elif isinstance(obj, dict):
-                nxt.extend(obj.values())
-            elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-                nxt.extend(vars(obj).values())
-        frontier = nxt
-    return found
-
-
-def weight_bytes(runner):
-    """Bytes of the parameters and buffers of every model the runner holds (shared storage once)."""
-    seen, total = set(), 0
-    for module in _modules([runner.models, runner.generator]):
-        for t in list(module.parameters()) + list(module.buffers()):
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in seen:
-                seen.add(storage.data_ptr())
-                total += storage.nbytes()
-    return total
-
-
-def cpu_peak_bytes(fn):
-    """Peak of torch's CPU tensor memory while ``fn()`` runs, above its level at the start: the
-    running sum, in time order, of the allocator's events recorded by the profiler (profile_memory)."""
-    from torch.autograd import DeviceType, profiler
-
-    with profiler.profile(profile_memory=True, record_shapes=False) as prof:
-        fn()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
-    level = peak = 0
-    for _, nbytes in events:
-        level += nbytes
-        peak = max(peak, level)
-    return peak
-
-
-def peak_memory_mb(runner, device):
-    """Weights + peak decode memory (MB) over the ``MEMORY_BATCHES`` longest-source timed batches;
-    None for a backend whose memory torch does not see (CTranslate2)."""
-    if not hasattr(runner, "models"):
-        return None
-    import torch
-
-    batches = runner.timed_batches[-MEMORY_BATCHES:]
-    if device == "cpu":
-        extra = cpu_peak_bytes(lambda: runner.decode(batches))
-    else:
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        runner.decode(batches)
-        torch.cuda.synchronize()
-        extra = torch.cuda.max_memory_allocated() - base
-    return round((weight_bytes(runner) + extra) / 2 ** 20, 2)
 
 
 # ----------------------------------------------------------------------------------------------
