@@ -23,8 +23,9 @@ same layout:
 
 Empty teacher outputs (the teacher ends with EOS at once) would become empty training targets; such
 sentences keep their gold target instead, and their number is printed and recorded
-(``gold_fallbacks``).  Likewise for sources the teacher cannot take (longer than its
-``--max-source-positions``).
+(``gold_fallbacks``).  Likewise for the pairs fairseq's size filter leaves out (a side longer
+than the teacher's ``--max-source-positions`` / ``--max-target-positions``, as fairseq-generate's
+``--skip-invalid-size-inputs-valid-test``).
 
 Resumable: the split is translated in shards of ``--shard-size`` sentences, each written to
 ``OUT/shards/`` when complete; an interrupted run continues with the missing shards (the settings
@@ -135,7 +136,7 @@ def main(argv=None):
                     bar_format="[distill] {n}/{total} sentences, {rate_fmt}, ETA {remaining}", unit="sent")
     for i in todo:
         ids = range(i * args.shard_size, min(n, (i + 1) * args.shard_size))
-        # sources the teacher cannot take (longer than its positions) are left out: they keep their gold target
+        # pairs longer than the teacher's positions are left out: they keep their gold target
         out_tokens = teacher.decode(teacher.batches(args.subset, args.batch_size, args.max_tokens, ids=ids,
                                                     skip_too_long=True), progress)
         progress.update(len(ids) - len(out_tokens))
