@@ -176,7 +176,7 @@ def main(argv=None):
 
 def binarize_split(out, data, src, tgt, subset, workers):
     """fairseq-preprocess with the original dictionaries, into OUT/bin (the new split only)."""
-    tmp = binarize(out / "bin.tmp", src, tgt, {"train": out / f"{subset}.sub"},
+    tmp = binarize(out / f"bin.{subset}", src, tgt, {"train": out / f"{subset}.sub"},
                    dicts=(data / "bin" / f"dict.{src}.txt", data / "bin" / f"dict.{tgt}.txt"), workers=workers)
     (out / "bin").mkdir(exist_ok=True)
     for f in tmp.glob(f"train.{src}-{tgt}.*"):
