@@ -11,25 +11,24 @@ cuts a split into fairseq's length-sorted batches -- all sentences, or only some
 from pathlib import Path
 
 import torch
+from fairseq.data import BaseWrapperDataset  # after fairseq_plugins/__init__ (this package's parent) repaired fairseq
 
 from fairseq_plugins.evaluation import EvaluationError
 
 PLUGIN_DIR = str(Path(__file__).resolve().parents[1])
 
 
-class Sentences:
+class Sentences(BaseWrapperDataset):
     """A view of a dataset holding only the sentence ids in ``ids`` (a ``range``), still batched in
     fairseq's length-sorted order: the benchmark's timed sample, a distillation shard."""
 
-    def __new__(cls, dataset, ids):
-        from fairseq.data import BaseWrapperDataset
+    def __init__(self, dataset, ids):
+        super().__init__(dataset)
+        self.ids = ids
 
-        class _Sentences(BaseWrapperDataset):
-            def ordered_indices(self):
-                order = self.dataset.ordered_indices()
-                return order[(order >= ids.start) & (order < ids.stop)]
-
-        return _Sentences(dataset)
+    def ordered_indices(self):
+        order = self.dataset.ordered_indices()
+        return order[(order >= self.ids.start) & (order < self.ids.stop)]
 
 
 class Generation:
@@ -65,8 +64,6 @@ class Generation:
         also a generator."""
         from fairseq import checkpoint_utils
         from fairseq.dataclass.configs import GenerationConfig
-
-        import fairseq_plugins  # noqa: F401  (compat repairs + the plugin's tasks and models)
 
         _check_exists(checkpoint)
         models, _, task = _load(lambda: checkpoint_utils.load_model_ensemble_and_task(

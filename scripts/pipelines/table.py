@@ -55,7 +55,7 @@ class Step:
     what: str
     argv: List[str] = field(default_factory=list)
     done: Optional[Path] = None    # the step is finished when this exists
-    skip: Optional[str] = None     # why the step cannot run (method not built yet, ...)
+    skip: Optional[str] = None     # why the step cannot run (a licensed corpus, an unregistered method...)
     run: Optional[Callable] = None  # in-process steps (symbolic link, rows file, the table)
     log: Optional[Path] = None
     mark: bool = False             # write ``done`` when the command succeeds
@@ -79,6 +79,12 @@ def missing_registrations(requires):
 
     registries = {"arch": ARCH_MODEL_REGISTRY, "task": TASK_REGISTRY, "criterion": CRITERION_REGISTRY}
     return [r for r in requires if r.split(":", 1)[1] not in registries[r.split(":", 1)[0]]]
+
+
+def registration_skip(requires):
+    """Why a model or row that needs ``requires`` cannot run here, or None."""
+    missing = missing_registrations(requires)
+    return f"not built in this plugin yet ({', '.join(missing)} not registered)" if missing else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,9 +253,9 @@ class Planner:
         corpus_skip = self.skipped_corpora.get(m.corpus) or self.skipped_corpora.get(self.t.corpora[m.corpus].view_of)
         if corpus_skip:
             return corpus_skip
-        missing = missing_registrations(m.requires)
-        if missing:
-            return f"not built in this plugin yet ({', '.join(missing)} not registered)"
+        unregistered = registration_skip(m.requires)
+        if unregistered:
+            return unregistered
         for dep in list(m.needs) + ([m.distill_from] if m.distill_from else []):
             if dep in self.skipped_models:
                 return f"needs {dep}, skipped"
@@ -305,8 +311,7 @@ class Planner:
         for name in (r.model, *r.uses):
             if name in self.skipped_models:
                 return f"{name}: {self.skipped_models[name]}"
-        missing = missing_registrations(r.requires)
-        return f"not built in this plugin yet ({', '.join(missing)} not registered)" if missing else None
+        return registration_skip(r.requires)
 
     def plan_section(self, s, rows):
         out = self.work / "results" / s.key
