@@ -545,7 +545,8 @@ def markdown_table(results):
     cols = [c for c in TABLE if c[0] not in OPTIONAL or any(r.get(c[0]) is not None for r in results)]
     cells = [["–" if r.get(key) is None else (fmt.format(r[key]) if fmt else r[key]) for key, _, fmt in cols]
              for r in results]
-    return tabulate(cells, headers=[h for _, h, _ in cols], tablefmt="github", disable_numparse=True)
+    align = ["left" if key in ("method", "corpus") else "right" for key, _, _ in cols]
+    return tabulate(cells, headers=[h for _, h, _ in cols], tablefmt="pipe", disable_numparse=True, colalign=align)
 
 
 def write_outputs(results, out):

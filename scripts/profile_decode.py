@@ -270,7 +270,8 @@ def markdown(summary):
         dev = [f"{c['device_ms']:.1f}" if "device_ms" in c else "–"] if device else []
         rows.append(["&nbsp;&nbsp;" * (c["depth"] or 0) + c["label"], f"{c['ms']:.1f}"] + dev
                     + [f"{c['pct']:.1f}", "–" if c["calls"] is None else str(c["calls"])])
-    return tabulate(rows, headers=head, tablefmt="github", disable_numparse=True)
+    return tabulate(rows, headers=head, tablefmt="pipe", disable_numparse=True,
+                    colalign=["left"] + ["right"] * (len(head) - 1))
 
 
 # ----------------------------------------------------------------------------------------------
