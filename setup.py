@@ -21,6 +21,8 @@ setup(
         "subword-nmt",
         "sacrebleu>=2.0",
         "matplotlib",
+        "tqdm",  # progress meters of the corpus preparation and distillation
+        "tabulate",  # the Markdown tables of the benchmark and the profiler
     ],
     extras_require={
         "bench": ["ctranslate2"],

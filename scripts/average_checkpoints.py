@@ -12,20 +12,15 @@ loader with the plugin's compat repairs).  The output is an ordinary checkpoint:
 and optimizer history, with the element-wise mean of every model tensor (accumulated in float64
 for floating tensors, then cast back to the input dtype; integer buffers are taken from the newest).
 
-    python scripts/average_checkpoints.py --inputs CKPT_DIR --num-update-checkpoints 5 --output avg.pt
-    python scripts/average_checkpoints.py --inputs CKPT_DIR --num-epoch-checkpoints 10 --output avg.pt
-    python scripts/average_checkpoints.py --inputs CKPT_DIR --best 10 --output avg.pt   # checkpoint.best_*
-    python scripts/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
+    python -m scripts.average_checkpoints --inputs CKPT_DIR --num-update-checkpoints 5 --output avg.pt
+    python -m scripts.average_checkpoints --inputs CKPT_DIR --num-epoch-checkpoints 10 --output avg.pt
+    python -m scripts.average_checkpoints --inputs CKPT_DIR --best 10 --output avg.pt   # checkpoint.best_*
+    python -m scripts.average_checkpoints --inputs a.pt b.pt c.pt --output avg.pt
 """
 import argparse
 import collections
 import os
-import sys
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 class AverageError(SystemExit):

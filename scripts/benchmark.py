@@ -62,7 +62,6 @@ Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out`
 """
 import argparse
 import json
-import math
 import os
 import shlex
 import statistics
@@ -71,137 +70,44 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PLUGIN_DIR = REPO / "fairseq_plugins"
-for _p in (REPO, REPO / "scripts"):  # the plugin; benchmark_plot beside this file
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+from tabulate import tabulate
 
-
-class BenchmarkError(RuntimeError):
-    """A problem with the benchmark's inputs; the message says how to fix it."""
-
-
-# ----------------------------------------------------------------------------------------------
-# corpus side: raw references, detokenisation, BLEU
-# ----------------------------------------------------------------------------------------------
-
-
-class Corpus:
-    """A corpus folder made by scripts/build_message_corpus.py (or a paper pipeline):
-    ``bin/`` (fairseq-preprocess output), raw ``test.<lang>`` files and the subword model."""
-
-    def __init__(self, folder, subset="test"):
-        self.folder = Path(folder)
-        self.bin = self.folder / "bin"
-        if not self.bin.is_dir():
-            raise BenchmarkError(f"{self.bin} does not exist: build the corpus first "
-                                 f"(scripts/build_message_corpus.py --out {self.folder}) or pass --data")
-        dicts = sorted(p.name[len("dict."):-len(".txt")] for p in self.bin.glob("dict.*.txt"))
-        pairs = sorted({p.name.split(".")[1] for p in self.bin.glob(f"{subset}.*-*.*.bin")})
-        if not pairs:
-            raise BenchmarkError(f"no binarized '{subset}' split in {self.bin}")
-        self.src, self.tgt = pairs[0].split("-")
-        assert self.src in dicts and self.tgt in dicts, (dicts, pairs)
-        self.subset = subset
-        ref = self.folder / f"{subset}.{self.tgt}"
-        self.references = ref.read_text(encoding="utf-8").splitlines() if ref.exists() else None
-        kind = (self.folder / "subword").read_text().strip() if (self.folder / "subword").exists() else "sentencepiece"
-        self.subword = kind
-        if self.references is not None and not self.references:
-            raise BenchmarkError(f"the test set {ref} is empty: nothing to benchmark")
-
-    def detokenize(self, pieces):
-        """Subword pieces (a string) -> plain text, undoing the corpus' own segmentation."""
-        if self.subword == "sentencepiece":
-            return pieces.replace(" ", "").replace("\u2581", " ").strip()
-        text = pieces.replace("@@ ", "").replace("@@", "")
-        from sacremoses import MosesDetokenizer  # only for subword-nmt corpora of the paper pipelines
-
-        return MosesDetokenizer(lang=self.tgt).detokenize(text.split())
-
-    def bleu(self, hypotheses, ids):
-        """sacreBLEU of ``hypotheses`` against the references ``ids``: score, signature, brevity
-        penalty and the hypothesis/reference length ratio (all None without references)."""
-        import sacrebleu
-
-        if self.references is None:
-            return dict(bleu=None, signature=None, bp=None, ratio=None)
-        refs = [self.references[i] for i in ids]
-        tokenize = "ja-mecab" if self.tgt.startswith("ja") else "13a"
-        metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
-        score = metric.corpus_score(hypotheses, [refs])
-        return dict(bleu=round(score.score, 2), signature=str(metric.get_signature()), bp=round(score.bp, 4),
-                    ratio=round(score.ratio, 4))
-
+from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
+from fairseq_plugins.evaluation.corpus import Corpus
+from fairseq_plugins.evaluation.generation import PLUGIN_DIR, Generation
+from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
+from fairseq_plugins.evaluation.timing import pair_ratio, time_interleaved
+from scripts.benchmark_plot import FAMILIES, plot  # FAMILIES: anchors, orders, draft-and-verify, non-autoregressive
 
 # ----------------------------------------------------------------------------------------------
 # fairseq backend: the row's arguments parsed by fairseq-generate's own parser
 # ----------------------------------------------------------------------------------------------
 
 
-def hypothesis_text(tgt_dict, tokens, corpus):
-    """Token ids (with EOS) -> detokenised text, the same way for every backend."""
-    return corpus.detokenize(tgt_dict.string([t for t in tokens if t != tgt_dict.eos()]))
-
-
 class FairseqRunner:
+    """A row loaded as fairseq-generate loads it (:class:`Generation`), its batches (all sentences;
+    the timed ones) and a count of decoder calls."""
+
     def __init__(self, corpus, checkpoint, row_args, beam, batch_size, device, fp16, threads, max_len=(0.0, 200),
                  timed_sentences=0):
         import torch
-        from fairseq import checkpoint_utils, options, tasks, utils
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-        import fairseq_plugins  # noqa: F401  (compat + registration)
-
-        argv = [str(corpus.bin), "--path", str(checkpoint), "--user-dir", str(PLUGIN_DIR),
-                "--gen-subset", corpus.subset, "--beam", str(beam), "--batch-size", str(batch_size),
-                "--required-batch-size-multiple", "1", "--source-lang", corpus.src, "--target-lang", corpus.tgt,
-                "--max-len-a", str(max_len[0]), "--max-len-b", str(max_len[1])]
-        argv += shlex.split(row_args)
-        if device == "cpu":
-            argv.append("--cpu")
-        if fp16:
-            argv.append("--fp16")
-        parser = options.get_generation_parser()
-        args = options.parse_args_and_arch(parser, input_args=argv)
-        cfg = convert_namespace_to_omegaconf(args)
-        utils.import_user_module(cfg.common)
         torch.set_num_threads(threads)
-        self.task = tasks.setup_task(cfg.task)
-        overrides = {"data": str(corpus.bin)}
-        models, _ = checkpoint_utils.load_model_ensemble([str(checkpoint)], arg_overrides=overrides, task=self.task)
-        for m in models:
-            if fp16:
-                m.half()
-            if device != "cpu":
-                m.cuda()
-            m.prepare_for_inference_(cfg)
-        self.models, self.cfg, self.device = models, cfg, device
-        self.generator = self.task.build_generator(models, cfg.generation)
-        self.task.load_dataset(corpus.subset, task_cfg=cfg.task)
-        dataset = self.task.dataset(corpus.subset)
-        if len(dataset) == 0:
-            raise BenchmarkError(f"the {corpus.subset} split of {corpus.bin} is empty")
-        max_positions = utils.resolve_max_positions(self.task.max_positions(), *[m.max_positions() for m in models])
-
-        def batches(data):
-            itr = self.task.get_batch_iterator(
-                dataset=data, max_tokens=None, max_sentences=batch_size, max_positions=max_positions,
-                ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_workers=0,
-            ).next_epoch_itr(shuffle=False)
-            return [utils.move_to_cuda(b) if device != "cpu" else b for b in itr]
-
-        self.batches = batches(dataset)
-        self.timed_batches = batches(FirstSentences(dataset, timed_sentences)) if timed_sentences else self.batches
-        self.tgt_dict = self.task.target_dictionary
+        args = corpus.generate_args(beam, max_len) + ["--batch-size", str(batch_size)] + shlex.split(row_args)
+        self.generation = Generation.from_generate_args(corpus.bin, checkpoint, args, device, fp16)
+        self.models, self.generator, self.device = self.generation.models, self.generation.generator, device
+        self.tgt_dict = self.generation.tgt_dict
+        self.batches = self.generation.batches(corpus.subset, batch_size)
+        self.timed_batches = (self.generation.batches(corpus.subset, batch_size, ids=range(timed_sentences))
+                              if timed_sentences else self.batches)
         self.calls = 0
         # fairseq's EnsembleModel calls decoder.forward() directly (no hooks fire), but every decoder
         # pass, of any generator, runs its first layer through __call__: count those.
-        first = models[0].decoder.layers[0] if hasattr(models[0].decoder, "layers") else models[0].decoder
-        self._hook = first.register_forward_hook(lambda *a: self._count())
+        decoder = self.models[0].decoder
+        first = decoder.layers[0] if hasattr(decoder, "layers") else decoder
+        first.register_forward_hook(self.count_call)
 
-    def _count(self):
+    def count_call(self, *_):
         self.calls += 1
 
     def stats(self):
@@ -214,15 +120,10 @@ class FairseqRunner:
 
     def decode(self, batches):
         """Run the generator over ``batches``; returns {sentence id: token id list (with EOS)}."""
-        out = {}
-        for sample in batches:
-            hypos = self.task.inference_step(self.generator, self.models, sample)
-            for i, sid in enumerate(sample["id"].tolist()):
-                out[sid] = hypos[i][0]["tokens"].tolist()
-        return out
+        return self.generation.decode(batches)
 
     def text(self, tokens, corpus):
-        return hypothesis_text(self.tgt_dict, tokens, corpus)
+        return corpus.text(self.tgt_dict, tokens)
 
     def model_calls(self):
         s = self.stats()
@@ -248,7 +149,7 @@ def convert_to_ctranslate2(checkpoint, corpus, out_dir):
            "--data_dir", str(corpus.bin), "--source_lang", corpus.src, "--target_lang", corpus.tgt,
            "--user_dir", str(PLUGIN_DIR), "--output_dir", str(out_dir), "--force",
            "--unsafe_deserialization"]  # torch 2.13 refuses legacy pickles otherwise; our own checkpoint
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(Path(PLUGIN_DIR).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise BenchmarkError(f"CTranslate2 conversion failed:\n{proc.stderr[-3000:]}")
@@ -290,7 +191,7 @@ class CTranslate2Runner:
         return out
 
     def text(self, tokens, corpus):
-        return hypothesis_text(self.tgt_dict, tokens, corpus)
+        return corpus.text(self.tgt_dict, tokens)
 
     def stats(self):
         return {}
@@ -308,9 +209,6 @@ class CTranslate2Runner:
 # ----------------------------------------------------------------------------------------------
 # rows: files and families
 # ----------------------------------------------------------------------------------------------
-
-from benchmark_plot import FAMILIES  # noqa: E402  (anchors, orders, draft-and-verify, non-autoregressive)
-
 
 def load_rows(paths):
     """The rows of several files, concatenated in order.  A row repeated verbatim in a later file (a
@@ -396,141 +294,12 @@ def _extra_checkpoints(args):
     return [Path(words[i + 1]) for i, w in enumerate(words[:-1]) if w == "--drafter-path"]
 
 
-class FirstSentences:
-    """A dataset view holding the sentences with id < n (the corpus split is in hash order, so a
-    random sample of every length), batched in fairseq's length-sorted order: the timed set."""
-
-    def __new__(cls, dataset, n):
-        from fairseq.data import BaseWrapperDataset
-
-        class _First(BaseWrapperDataset):
-            def ordered_indices(self):
-                order = self.dataset.ordered_indices()
-                return order[order < n]
-
-        return _First(dataset)
-
-
-def _n_sentences(batches):
+def n_sentences(batches):
     return sum(len(b["id"]) if isinstance(b, dict) else len(b) for b in batches)
 
 
 def _ids(batch):
     return batch["id"].tolist() if isinstance(batch, dict) else [sid for sid, _ in batch]
-
-
-# ----------------------------------------------------------------------------------------------
-# measurements: interleaved timing, peak memory
-# ----------------------------------------------------------------------------------------------
-
-
-def time_interleaved(runners, runs, warmup=1, clock=time.perf_counter):
-    """Time ``runners[0]`` (the row) interleaved with ``runners[1:]`` (its references).
-
-    After ``warmup`` short passes of each runner, ``runs`` rounds in which every runner decodes its
-    timed batches once, the order reversed every other round (0 1 | 1 0 | 0 1 ...): each reference
-    time has a row time measured beside it under the same load, and a steady drift cancels.  The
-    row's counters are reset before its first timed pass and read right after it.  Returns (the
-    pass times of every runner, (model calls, stats) of the row's first timed pass)."""
-    for runner in runners:
-        for _ in range(warmup):
-            runner.decode(runner.timed_batches[: max(1, min(len(runner.timed_batches), 4))])
-    times = [[] for _ in runners]
-    counts = None
-    for k in range(runs):
-        for j in (range(len(runners)) if k % 2 == 0 else reversed(range(len(runners)))):
-            runner = runners[j]
-            if j == 0 and k == 0:
-                runner.reset_stats()
-            runner.sync()
-            t0 = clock()
-            runner.decode(runner.timed_batches)
-            runner.sync()
-            times[j].append(clock() - t0)
-            if j == 0 and k == 0:
-                counts = (runner.model_calls(), runner.stats())
-    return times, counts
-
-
-def pair_ratio(ref_times, row_times):
-    """Geometric mean over the interleaved pairs of reference time / row time, and (min, max)."""
-    ratios = [ref / row for ref, row in zip(ref_times, row_times)]
-    return math.exp(statistics.fmean(math.log(r) for r in ratios)), (min(ratios), max(ratios))
-
-
-MEMORY_BATCHES = 4  # peak memory over the timed batches with the longest sources (length-sorted order)
-
-
-def _modules(roots, depth=3):
-    """Every torch module reachable from ``roots`` through attributes, lists and dicts (a generator
-    holds its models, an engine its drafter, a drafter its own model)."""
-    import torch
-
-    seen, found, frontier = set(), [], list(roots)
-    for _ in range(depth + 1):
-        nxt = []
-        for obj in frontier:
-            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.Tensor)):
-                continue
-            seen.add(id(obj))
-            if isinstance(obj, torch.nn.Module):
-                found.append(obj)
-            elif isinstance(obj, (list, tuple, set)):
-                nxt.extend(obj)
-            elif isinstance(obj, dict):
-                nxt.extend(obj.values())
-            elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-                nxt.extend(vars(obj).values())
-        frontier = nxt
-    return found
-
-
-def weight_bytes(runner):
-    """Bytes of the parameters and buffers of every model the runner holds (shared storage once)."""
-    seen, total = set(), 0
-    for module in _modules([runner.models, runner.generator]):
-        for t in list(module.parameters()) + list(module.buffers()):
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in seen:
-                seen.add(storage.data_ptr())
-                total += storage.nbytes()
-    return total
-
-
-def cpu_peak_bytes(fn):
-    """Peak of torch's CPU tensor memory while ``fn()`` runs, above its level at the start: the
-    running sum, in time order, of the allocator's events recorded by the profiler (profile_memory)."""
-    from torch.autograd import DeviceType, profiler
-
-    with profiler.profile(profile_memory=True, record_shapes=False) as prof:
-        fn()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
-    level = peak = 0
-    for _, nbytes in events:
-        level += nbytes
-        peak = max(peak, level)
-    return peak
-
-
-def peak_memory_mb(runner, device):
-    """Weights + peak decode memory (MB) over the ``MEMORY_BATCHES`` longest-source timed batches;
-    None for a backend whose memory torch does not see (CTranslate2)."""
-    if not hasattr(runner, "models"):
-        return None
-    import torch
-
-    batches = runner.timed_batches[-MEMORY_BATCHES:]
-    if device == "cpu":
-        extra = cpu_peak_bytes(lambda: runner.decode(batches))
-    else:
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        runner.decode(batches)
-        torch.cuda.synchronize()
-        extra = torch.cuda.max_memory_allocated() - base
-    return round((weight_bytes(runner) + extra) / 2 ** 20, 2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -668,9 +437,9 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             "model": row.get("model", str(ckpt)), "corpus": corpus.folder.name, "batch_size": bs, "beam": beam,
             "bleu": q["bleu"], "bleu_bp": q["bp"], "bleu_ratio": q["ratio"], "sacrebleu_signature": q["signature"],
             "sentences": q["sentences"], "bleu_batch_size": q["bleu_batch_size"],
-            "timed_sentences": _n_sentences(timed), "runs": runs, "timed_tokens": produced,
+            "timed_sentences": n_sentences(timed), "runs": runs, "timed_tokens": produced,
             "seconds": round(mean, 4), "seconds_min": round(min(times[0]), 4),
-            "tokens_per_s": round(produced / mean, 1), "sentences_per_s": round(_n_sentences(timed) / mean, 2),
+            "tokens_per_s": round(produced / mean, 1), "sentences_per_s": round(n_sentences(timed) / mean, 2),
             "speed_ratio": None if speed_ratio is None else round(speed_ratio, 3),
             "speed_ratio_range": None if spread is None else [round(x, 3) for x in spread],
             "ratio_vs": (f"{reference[1]['method']} (beam {reference[1]['beam']}, batch {bs}), interleaved"
@@ -679,7 +448,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             "ratio_vs_ct2": None, "ratio_vs_beam5": None,
             "ratio_vs_engine_greedy": None if ratio_vs_engine is None else round(ratio_vs_engine, 3),
             "model_calls": calls, "mean_accepted": _mean_accepted(stats),
-            "counts_over": "timed sentences", "counts_sentences": _n_sentences(timed),
+            "counts_over": "timed sentences", "counts_sentences": n_sentences(timed),
             "model_calls_all": q["calls"], "mean_accepted_all": _mean_accepted(qstats),
             "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,
             "peak_mem_mb": peak, "mem_vs_greedy": None,
@@ -774,14 +543,10 @@ OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "ratio_vs_engine_greedy
 
 def markdown_table(results):
     cols = [c for c in TABLE if c[0] not in OPTIONAL or any(r.get(c[0]) is not None for r in results)]
-    lines = ["| " + " | ".join(h for _, h, _ in cols) + " |", "|" + "---|" * len(cols)]
-    for r in results:
-        cells = []
-        for key, _, fmt in cols:
-            v = r.get(key)
-            cells.append("–" if v is None else (fmt.format(v) if fmt else str(v)))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    cells = [["–" if r.get(key) is None else (fmt.format(r[key]) if fmt else r[key]) for key, _, fmt in cols]
+             for r in results]
+    align = ["left" if key in ("method", "corpus") else "right" for key, _, _ in cols]
+    return tabulate(cells, headers=[h for _, h, _ in cols], tablefmt="pipe", disable_numparse=True, colalign=align)
 
 
 def write_outputs(results, out):
@@ -801,8 +566,6 @@ def write_outputs(results, out):
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})
     (out / "results.md").write_text(header + markdown_table(results) + "\n\n" + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
-    from benchmark_plot import plot
-
     plot(results, out / "speed_vs_bleu.png")
 
 
@@ -821,7 +584,7 @@ def main(argv=None):
                     help="compute BLEU once per row at this batch size (default: at every one)")
     ap.add_argument("--skip-missing", action="store_true", help="skip rows whose checkpoint is not trained yet")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (peak_mem_mb = null)")
-    ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    ap.add_argument("--device", default=default_device())
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's)")
     ap.add_argument("--max-len-a", type=float, default=1.2, help="every row: output length <= a*src_len + b")
@@ -830,7 +593,7 @@ def main(argv=None):
     try:
         rows = load_rows(args.rows)
         if args.skip_missing:
-            missing = [r for r in rows if not _checkpoint_exists(r, args.checkpoints, args.data)]
+            missing = [r for r in rows if not checkpoint_exists(r, args.checkpoints, args.data)]
             for r in missing:
                 print(f"[bench] skipping '{r['method']}': checkpoint of '{r.get('model', r.get('path'))}' not trained")
             rows = [r for r in rows if r not in missing]
@@ -847,7 +610,7 @@ def main(argv=None):
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
 
 
-def _checkpoint_exists(row, checkpoints, data):
+def checkpoint_exists(row, checkpoints, data):
     try:
         checkpoint_of(row, checkpoints)
     except BenchmarkError:
@@ -855,13 +618,10 @@ def _checkpoint_exists(row, checkpoints, data):
     return all(p.exists() for p in _extra_checkpoints(row_args(row, checkpoints, data)))
 
 
-def _cuda():
-    try:
-        import torch
+def default_device():
+    import torch
 
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ the rows decoded through fairseq (the plugin's own front, which CTranslate2 woul
 
 Re-draw from a results file::
 
-    python scripts/benchmark_plot.py work/demo/results/results.jsonl --out speed_vs_bleu.png
+    python -m scripts.benchmark_plot work/demo/results/results.jsonl --out speed_vs_bleu.png
 """
 import argparse
 import json

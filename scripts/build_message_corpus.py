@@ -16,15 +16,18 @@ BPE as an option) -> ``fairseq-preprocess`` with a joined dictionary.
 
 Usage::
 
-    python scripts/build_message_corpus.py --pair en-de --out data/en-de
+    python -m scripts.build_message_corpus --pair en-de --out data/en-de
 """
 import argparse
 import gettext
 import hashlib
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from fairseq_plugins.corpora import subwords
+from fairseq_plugins.corpora.binarize import binarize as corpus_binarize
+from fairseq_plugins.corpora.files import write_lines
 
 # pair name -> (source locale dirs, target locale dirs, fairseq language codes)
 PAIRS = {
@@ -144,25 +147,18 @@ def split(pairs, test_size, valid_size):
     return {"train": train, "valid": valid, "test": test}
 
 
-def write_lines(path, lines):
-    with open(path, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-
-
 def train_sentencepiece(out, splits, langs, vocab_size):
+    """One joint sentencepiece unigram model (``out/spm.model``) on the training pairs; every split
+    encoded into ``<split>.sub.<lang>``.  Returns the vocabulary size used."""
     import sentencepiece as spm
 
     joint = out / "spm_train.txt"
     write_lines(joint, [s for pair in splits["train"] for s in pair])
     n_chars = sum(len(s) for pair in splits["train"] for s in pair)
     vocab_size = min(vocab_size, max(200, n_chars // 40))  # tiny test corpora cannot fill a big vocab
-    spm.SentencePieceTrainer.train(
-        input=str(joint), model_prefix=str(out / "spm"), vocab_size=vocab_size,
-        character_coverage=0.9995, model_type="unigram", input_sentence_size=2_000_000,
-        shuffle_input_sentence=True, seed_sentencepiece_size=200_000, num_threads=2,
-        bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2, hard_vocab_limit=False,
-    )
+    (out / "spm.model").unlink(missing_ok=True)  # rebuilt on every run
+    subwords.train_sentencepiece([joint], out / "spm", vocab_size, model_type="unigram", input_sentence_size=2_000_000,
+                                 seed_sentencepiece_size=200_000, num_threads=2)
     joint.unlink()
     sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
     for name, rows in splits.items():
@@ -190,21 +186,15 @@ def train_subword_nmt(out, splits, langs, merges):
 
 
 def _moses_split(text):
-    # subword-nmt expects whitespace-tokenised input; sacremoses is not a dependency, so split
-    # punctuation off words (the detokeniser in scripts/bleu.py undoes exactly this).
+    # subword-nmt expects whitespace-tokenised input; sacremoses is not a dependency of this corpus,
+    # so split punctuation off words (Corpus.detokenize joins them again with sacremoses' detokeniser)
     return " ".join(re.findall(r"\w+|[^\w\s]", text, re.UNICODE))
 
 
 def binarize(out, langs, workers):
-    src, tgt = langs
-    cmd = [  # fairseq-preprocess of the running interpreter (its console script need not be on PATH)
-        sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", str(out / "train.sub"), "--validpref", str(out / "valid.sub"),
-        "--testpref", str(out / "test.sub"), "--destdir", str(out / "bin"),
-        "--joined-dictionary", "--workers", str(workers),
-    ]
-    print("+ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    """fairseq-preprocess of the three splits' subwords into ``out/bin`` with one joined dictionary."""
+    prefixes = {split: out / f"{split}.sub" for split in ("train", "valid", "test")}
+    return corpus_binarize(out / "bin", *langs, prefixes, joined=True, workers=workers)
 
 
 def main(argv=None):

@@ -15,18 +15,16 @@ seeded by ``--seed`` and the sentence itself, so the corpus is identical on ever
 = corrupted text (language code ``typo``), target = the original (``en``).  Layout as
 ``build_message_corpus.py``: raw splits, sentencepiece (joint), ``fairseq-preprocess`` into bin/.
 
-    python scripts/build_typo_corpus.py --out data/typo-en
-    python scripts/build_typo_corpus.py --out data/typo-en --from-text data/en-de/train.en
+    python -m scripts.build_typo_corpus --out data/typo-en
+    python -m scripts.build_typo_corpus --out data/typo-en --from-text data/en-de/train.en
 """
 import argparse
 import hashlib
 import random
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import build_message_corpus as bmc  # noqa: E402
+from fairseq_plugins.corpora.files import write_lines
+from scripts import build_message_corpus as bmc
 
 LANGS = ("typo", "en")
 _KEYBOARD = ["qwertyuiop", "asdfghjkl", "zxcvbnm"]
@@ -107,7 +105,7 @@ def main(argv=None):
     splits = bmc.split(pairs, args.test_size, args.valid_size)
     for name, rows in splits.items():
         for i, lang in enumerate(LANGS):
-            bmc.write_lines(out / f"{name}.{lang}", [r[i] for r in rows])
+            write_lines(out / f"{name}.{lang}", [r[i] for r in rows])
     changed = sum(1 for s, t in pairs if s != t)
     print(f"[typo] {len(pairs)} pairs ({changed} corrupted) -> train {len(splits['train'])}, valid "
           f"{len(splits['valid'])}, test {len(splits['test'])}", flush=True)

@@ -2,18 +2,15 @@
 """DDGviz (Santilli et al. 2023 §3.5): Jacobi decoding of one sentence, rendered as the iteration
 matrix and the decoding dependency graph.
 
-    python scripts/ddgviz.py --path CKPT --data BIN --sentence-id 3 --out ddg.png [--html ddg.html]
-    python scripts/ddgviz.py --path CKPT --data BIN --source "Open the file" --out ddg.png
+    python -m scripts.ddgviz --path CKPT --data BIN --sentence-id 3 --out ddg.png [--html ddg.html]
+    python -m scripts.ddgviz --path CKPT --data BIN --source "Open the file" --out ddg.png
 
 ``--source`` is encoded with the corpus' sentencepiece model (``BIN/../spm.model`` or ``--spm``).
 """
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import fairseq_plugins  # noqa: E402,F401
+from fairseq_plugins.evaluation.generation import Generation
 
 
 def main(argv=None):
@@ -33,14 +30,13 @@ def main(argv=None):
     import logging
 
     import torch
-    from fairseq import checkpoint_utils
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
     from fairseq_plugins.viz.ddg import jacobi_trace, render_html, render_png
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
-    model = models[0].eval()
+    loaded = Generation.from_checkpoint(args.path, args.data)
+    model, task = loaded.models[0], loaded.task
     if args.source is not None:
         import sentencepiece as spm
 
@@ -52,8 +48,7 @@ def main(argv=None):
         sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src.unsqueeze(0),
                                                           "src_lengths": torch.tensor([src.numel()])}}
     else:
-        task.load_dataset(args.split)
-        ds = task.dataset(args.split)
+        ds = loaded.dataset(args.split)
         if not 0 <= args.sentence_id < len(ds):
             ap.error(f"--sentence-id must be in 0..{len(ds) - 1} for split {args.split}")
         sample = ds.collater([ds[args.sentence_id]])

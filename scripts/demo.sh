@@ -25,13 +25,13 @@ say() { echo "[demo $(( $(date +%s) - start ))s] $*"; }
 for pair in en-de pt_PT-pt_BR; do
   if [ ! -f "$DIR/data/$pair/bin/dict.${pair#*-}.txt" ]; then
     say "building the $pair corpus from /usr/share/locale"
-    python scripts/build_message_corpus.py --pair "$pair" --out "$DIR/data/$pair"
+    python -m scripts.build_message_corpus --pair "$pair" --out "$DIR/data/$pair"
   fi
 done
 
 if [ ! -f "$DIR/data/typo-en/bin/dict.en.txt" ]; then
   say "building the English typo-correction corpus (input-guided decoding's second task)"
-  python scripts/build_typo_corpus.py --out "$DIR/data/typo-en"
+  python -m scripts.build_typo_corpus --out "$DIR/data/typo-en"
 fi
 
 say "training stage 1 of configs/demo_models.txt (baseline, Mask-Predict, IAD models, blockwise heads; $UPDATES updates)"
@@ -40,7 +40,7 @@ scripts/train_models.sh configs/demo_models.txt "$DIR/data" "$DIR/checkpoints" "
 
 if [ ! -f "$DIR/data/en-de-distilled/distill.json" ]; then
   say "sequence-level distillation: the baseline translates en-de's train split (beam $DISTILL_BEAM)"
-  python scripts/distill.py --data "$DIR/data/en-de" --path "$DIR/checkpoints/baseline/checkpoint_best.pt" \
+  python -m scripts.distill --data "$DIR/data/en-de" --path "$DIR/checkpoints/baseline/checkpoint_best.pt" \
     --out "$DIR/data/en-de-distilled" --beam "$DISTILL_BEAM" --batch-size 64 --threads 2
 fi
 
@@ -48,7 +48,7 @@ say "training stage 2 (reordered models warm-started from the baseline on the di
 scripts/train_models.sh configs/demo_models.txt "$DIR/data" "$DIR/checkpoints" "$UPDATES"
 
 say "benchmark: every method on the en-de test set (batch 1 and 32)"
-python scripts/benchmark.py --rows configs/benchmark/demo.json --data "$DIR/data/en-de" \
+python -m scripts.benchmark --rows configs/benchmark/demo.json --data "$DIR/data/en-de" \
   --checkpoints "$DIR/checkpoints" --out "$DIR/results" --timed-sentences "$TIMED" --runs "$RUNS" \
   --batch-sizes 1 32 --quality-batch-size 32
 say "done in $(( $(date +%s) - start ))s; table: $DIR/results/results.md, plot: $DIR/results/speed_vs_bleu.png"

@@ -4,7 +4,7 @@
 Used by blockwise heads (Stern et al. 2018 §6.2), the GAD drafter and verifier, and the reordered
 models alike::
 
-    python scripts/distill.py --data data/en-de --path checkpoints/baseline/checkpoint_best.pt \\
+    python -m scripts.distill --data data/en-de --path checkpoints/baseline/checkpoint_best.pt \\
         --out data/en-de-distilled [--beam 5] [--batch-size 64]
 
 ``--data`` is a corpus folder as made by ``scripts/build_message_corpus.py`` (``bin/`` with the
@@ -23,26 +23,28 @@ same layout:
 
 Empty teacher outputs (the teacher ends with EOS at once) would become empty training targets; such
 sentences keep their gold target instead, and their number is printed and recorded
-(``gold_fallbacks``).  Likewise for sources the teacher cannot take (longer than its
-``--max-source-positions``).
+(``gold_fallbacks``).  Likewise for the pairs fairseq's size filter leaves out (a side longer
+than the teacher's ``--max-source-positions`` / ``--max-target-positions``, as fairseq-generate's
+``--skip-invalid-size-inputs-valid-test``).
 
 Resumable: the split is translated in shards of ``--shard-size`` sentences, each written to
 ``OUT/shards/`` when complete; an interrupted run continues with the missing shards (the settings
 must be the same).  The shards stay for later re-assembly; delete them once ``distill.json`` exists.
-Progress (sentences, speed, ETA) is printed as it goes.
+Progress (sentences, speed, ETA) is printed as it goes (tqdm).
 """
 import argparse
 import json
 import math
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from tqdm import tqdm
+
+from fairseq_plugins.corpora.binarize import binarize
+from fairseq_plugins.evaluation import EvaluationError
+from fairseq_plugins.evaluation.generation import Generation
 
 
 class DistillError(RuntimeError):
@@ -61,7 +63,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", required=True, help="new corpus folder")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    ap.add_argument("--max-tokens", type=int, default=8000, help="source tokens per batch")
+    ap.add_argument("--max-tokens", type=int, default=8000, help="tokens per batch (the longer side of each pair, as fairseq counts)")
     ap.add_argument("--lenpen", type=float, default=1.0)
     # choice: a length cap relative to the source keeps a looping teacher from writing 200-token targets
     ap.add_argument("--max-len-a", type=float, default=1.2)
@@ -79,59 +81,8 @@ def log(msg):
     print(f"[distill] {msg}", flush=True)
 
 
-def load_teacher(path, bin_dir, use_cuda, fp16):
-    from fairseq import checkpoint_utils
-
-    import fairseq_plugins  # noqa: F401  (compat repairs + the plugin's tasks/models)
-
-    if not Path(path).is_file():
-        raise DistillError(f"teacher checkpoint {path} does not exist: train it first (scripts/train.sh)")
-    try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(bin_dir)})
-    except RuntimeError as err:
-        if "size mismatch" in str(err):
-            raise DistillError(f"the teacher {path} was trained with other dictionaries than {bin_dir} "
-                               "(embedding sizes differ): distil the corpus the teacher was trained on") from None
-        raise
-    for m in models:
-        m.eval()
-        if fp16:
-            m.half()
-        if use_cuda:
-            m.cuda()
-    return models, task
-
-
 def shard_path(work, i):
     return work / f"shard-{i:05d}.txt"
-
-
-def translate_shard(task, models, generator, ds, ids, args, use_cuda, progress):
-    """Teacher translations (subword strings) of ``ids``, in the order of ``ids``; "" where none."""
-    import numpy as np
-    import torch
-    from fairseq import utils
-    from fairseq.data import data_utils
-
-    tgt_dict = task.target_dictionary
-    order = np.asarray(ids, dtype=np.int64)[np.argsort(ds.src_sizes[ids], kind="stable")]  # by source length
-    max_src = min(m.max_positions()[0] if isinstance(m.max_positions(), tuple) else m.max_positions() for m in models)
-    fits = order[ds.src_sizes[order] <= max_src]
-    if len(fits) < len(order):
-        progress(len(order) - len(fits))  # too long for the teacher: they keep their gold target
-    batches = data_utils.batch_by_size(fits, ds.num_tokens, max_tokens=args.max_tokens,
-                                       max_sentences=args.batch_size)
-    out = {}
-    for batch in batches:
-        sample = ds.collater([ds[int(i)] for i in batch])
-        if use_cuda:
-            sample = utils.move_to_cuda(sample)
-        with torch.no_grad():
-            hypos = task.inference_step(generator, models, sample)
-        for j, sid in enumerate(sample["id"].tolist()):
-            out[sid] = tgt_dict.string(hypos[j][0]["tokens"].int().cpu())
-        progress(len(batch))
-    return [out.get(int(i), "") for i in ids]
 
 
 def main(argv=None):
@@ -147,7 +98,10 @@ def main(argv=None):
     if out.resolve() == data.resolve():
         raise DistillError("--out must be a new folder, not the --data corpus itself")
     use_cuda = torch.cuda.is_available() and not args.cpu
-    models, task = load_teacher(args.path, bin_dir, use_cuda, args.fp16 and use_cuda)
+    teacher = Generation.from_checkpoint(args.path, bin_dir, "cuda" if use_cuda else "cpu", args.fp16 and use_cuda,
+                                         beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+                                         max_len_b=args.max_len_b)
+    task = teacher.task
     src, tgt = task.cfg.source_lang, task.cfg.target_lang
     settings = dict(data=str(data.resolve()), teacher=str(Path(args.path).resolve()), beam=args.beam,
                     lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b, subset=args.subset,
@@ -167,40 +121,30 @@ def main(argv=None):
                                "pass the same ones to resume it, or remove the folder to start over")
     settings_file.write_text(json.dumps(settings, indent=1) + "\n")
 
-    from fairseq.dataclass.configs import GenerationConfig
-
-    task.load_dataset(args.subset)
-    ds = task.dataset(args.subset)
+    ds = teacher.dataset(args.subset)
     n = len(ds)
-    if n == 0:
-        raise DistillError(f"the {args.subset} split of {bin_dir} is empty")
     if ds.tgt is None:
         raise DistillError(f"the {args.subset} split of {bin_dir} has no target side")
-    gen_cfg = GenerationConfig(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
-    generator = task.build_generator(models, gen_cfg)
     n_shards = math.ceil(n / args.shard_size)
     todo = [i for i in range(n_shards) if not shard_path(work, i).exists()]
     log(f"teacher {args.path}: {n} {args.subset} sentences ({src}->{tgt}), beam {args.beam}, "
         f"{n_shards} shards of {args.shard_size}, {n_shards - len(todo)} done before, "
         f"{'GPU' if use_cuda else 'CPU'}")
     remaining = sum(min(n, (i + 1) * args.shard_size) - i * args.shard_size for i in todo)
-    state = dict(done=0, start=time.time(), shown=0.0)
-
-    def progress(k):
-        state["done"] += k
-        now = time.time()
-        if now - state["shown"] >= 10 or state["done"] == remaining:
-            state["shown"] = now
-            rate = state["done"] / max(1e-9, now - state["start"])
-            eta = (remaining - state["done"]) / max(rate, 1e-9)
-            log(f"{state['done']}/{remaining} sentences, {rate:.1f} sent/s, ETA {eta / 60:.1f} min")
-
+    start = time.time()
+    progress = tqdm(total=remaining, file=sys.stdout, mininterval=10, ascii=True,
+                    bar_format="[distill] {n}/{total} sentences, {rate_fmt}, ETA {remaining}", unit="sent")
     for i in todo:
-        ids = list(range(i * args.shard_size, min(n, (i + 1) * args.shard_size)))
-        lines = translate_shard(task, models, generator, ds, ids, args, use_cuda, progress)
+        ids = range(i * args.shard_size, min(n, (i + 1) * args.shard_size))
+        # pairs longer than the teacher's positions are left out: they keep their gold target
+        out_tokens = teacher.decode(teacher.batches(args.subset, args.batch_size, args.max_tokens, ids=ids,
+                                                    skip_too_long=True), progress)
+        progress.update(len(ids) - len(out_tokens))
+        lines = [teacher.string(out_tokens[j]) if j in out_tokens else "" for j in ids]
         tmp = shard_path(work, i).with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         tmp.rename(shard_path(work, i))  # a shard exists only when complete
+    progress.close()
 
     # assemble: one line per source, original order; empty teacher outputs keep the gold target
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
@@ -222,24 +166,18 @@ def main(argv=None):
             ft.write(hyp + "\n")
     if fallbacks:
         log(f"{fallbacks} sentences without a teacher output (empty, or too long for the teacher) keep their gold target")
-    binarize(out, data, src, tgt, args.subset, args.workers)
+    binarize_split(out, data, src, tgt, args.subset, args.workers)
     copy_corpus_files(data, out, args.subset)
-    record = dict(settings, sentences=n, gold_fallbacks=fallbacks, seconds=round(time.time() - state["start"], 1))
+    record = dict(settings, sentences=n, gold_fallbacks=fallbacks, seconds=round(time.time() - start, 1))
     done_file.write_text(json.dumps(record, indent=1) + "\n")
     log(f"done: {out} ({n} sentences, {fallbacks} gold fallbacks)")
     return record
 
 
-def binarize(out, data, src, tgt, subset, workers):
+def binarize_split(out, data, src, tgt, subset, workers):
     """fairseq-preprocess with the original dictionaries, into OUT/bin (the new split only)."""
-    tmp = out / "bin.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
-           "--trainpref", str(out / f"{subset}.sub"), "--destdir", str(tmp),
-           "--srcdict", str(data / "bin" / f"dict.{src}.txt"), "--tgtdict", str(data / "bin" / f"dict.{tgt}.txt"),
-           "--workers", str(workers)]
-    log("+ " + " ".join(cmd))
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    tmp = binarize(out / f"bin.{subset}", src, tgt, {"train": out / f"{subset}.sub"},
+                   dicts=(data / "bin" / f"dict.{src}.txt", data / "bin" / f"dict.{tgt}.txt"), workers=workers)
     (out / "bin").mkdir(exist_ok=True)
     for f in tmp.glob(f"train.{src}-{tgt}.*"):
         f.replace(out / "bin" / (subset + f.name[len("train"):]))
@@ -260,5 +198,5 @@ def copy_corpus_files(data, out, subset):
 if __name__ == "__main__":
     try:
         main()
-    except DistillError as err:
+    except (DistillError, EvaluationError) as err:
         sys.exit(f"error: {err}")

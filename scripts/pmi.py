@@ -11,40 +11,25 @@ as the exponent of the mean per-token NLL over every scored target slot -- what 
 reports; EOS/EOD padding slots count, as they do in training.  Table 3 reports the difference in
 log10 (log10(6.95/4.04) = 0.235, log10(4.72/4.86) = -0.013), so log10 is the default.
 
-    PYTHONPATH=. python scripts/pmi.py DATA --model ckpt/sa/checkpoint_best.pt \
+    python -m scripts.pmi DATA --model ckpt/sa/checkpoint_best.pt \
         --base ckpt/l2r/checkpoint_best.pt --subset test --cpu
 """
 import argparse
 import json
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import fairseq_plugins  # noqa: E402,F401  (compat repairs + registration)
-from fairseq import checkpoint_utils, utils  # noqa: E402
+from fairseq_plugins.evaluation.generation import Generation
 
 
 def mean_nll(path, data, subset, max_tokens, cpu):
     """Mean per-token NLL (nats) of a checkpoint on a split, with its own task and order."""
-    overrides = {"data": data, "user_dir": str(Path(fairseq_plugins.__file__).parent)}
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
-    model = models[0].eval()
-    if not cpu and torch.cuda.is_available():
-        model = model.cuda()
-    task.load_dataset(subset)
-    batches = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
-                                      max_positions=utils.resolve_max_positions(task.max_positions(),
-                                                                                model.max_positions()),
-                                      ignore_invalid_inputs=True, num_workers=0).next_epoch_itr(shuffle=False)
+    loaded = Generation.from_checkpoint(path, data, "cpu" if cpu or not torch.cuda.is_available() else "cuda")
+    model, pad = loaded.models[0], loaded.tgt_dict.pad()
     total, count = 0.0, 0
-    pad = task.target_dictionary.pad()
     with torch.no_grad():
-        for sample in batches:
-            if not cpu and torch.cuda.is_available():
-                sample = utils.move_to_cuda(sample)
+        for sample in loaded.batches(subset, max_tokens=max_tokens, skip_too_long=True):
             lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
             target = sample["target"]
             nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)

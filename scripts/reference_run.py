@@ -3,7 +3,7 @@
 record learning curves (validation loss and BLEU every ``--interval`` updates) and export the
 trained models for the benchmark.  This is how docs/RESULTS.md's reference tables were made.
 
-    python scripts/reference_run.py --models configs/reference/orders.txt --data work/demo/data \\
+    python -m scripts.reference_run --models configs/reference/orders.txt --data work/demo/data \\
         --out work/reference --max-update 8000 --interval 500 --parallel 5
 
 Model list lines are ``NAME CONFIG CORPUS [updates=F] [extra fairseq-train args]`` (the format of
@@ -27,6 +27,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from fairseq_plugins.evaluation import train_log
+from fairseq_plugins.evaluation.corpus import Corpus
+from scripts.benchmark import FairseqRunner
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_plugins"
@@ -73,7 +77,7 @@ def train_command(model, args, gpu):
            "--user-dir", str(PLUGIN_DIR)] + config_args(model["config"], Path(args.out) / "checkpoints", args.data)
     cmd += ["--save-dir", str(save), "--max-update", str(max_update), "--save-interval-updates", str(args.interval),
             "--validate-interval-updates", str(args.interval), "--keep-interval-updates", "-1",
-            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "100", "--num-workers", "0",
+            "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "100", "--num-workers", "0",
             "--seed", str(args.seed)]
     if args.stop_minutes:
         cmd += ["--stop-time-hours", f"{args.stop_minutes / 60:.4f}"]
@@ -106,19 +110,8 @@ def run_parallel(jobs, parallel, label):
 
 
 def progress(log):
-    updates = re.findall(r"num_updates[ =](\d+)", Path(log).read_text(errors="replace")) if Path(log).exists() else []
-    return f"{updates[-1]} updates" if updates else ""
-
-
-def valid_losses(log):
-    """{updates: validation loss} from a fairseq-train log."""
-    out = {}
-    for line in Path(log).read_text(errors="replace").splitlines():
-        if "valid on 'valid' subset" in line:
-            loss, upd = re.search(r"\| loss ([\d.]+)", line), re.search(r"\| num_updates (\d+)", line)
-            if loss and upd:
-                out[int(upd.group(1))] = float(loss.group(1))
-    return out
+    updates = train_log.updates(log)
+    return f"{updates} updates" if updates is not None else ""
 
 
 def interval_checkpoints(folder):
@@ -132,16 +125,13 @@ def interval_checkpoints(folder):
 
 def curve(args):
     """Subcommand: BLEU of every interval checkpoint of one model (run in its own process)."""
-    sys.path.insert(0, str(REPO / "scripts"))
     import torch
-
-    from benchmark import Corpus, FairseqRunner
 
     torch.set_num_threads(1)
     gpu = cuda_available()
     corpus = Corpus(Path(args.data) / args.corpus, subset=args.curve_subset)
     folder = Path(args.out) / "checkpoints" / args.name
-    losses = valid_losses(Path(args.out) / args.name / "train.log")
+    losses = train_log.valid_losses(Path(args.out) / args.name / "train.log")
     points = []
     for updates, ckpt in interval_checkpoints(folder):
         runner = FairseqRunner(corpus, ckpt, "--task fast_translation --lenpen 0.6", args.curve_beam, 128,
@@ -232,7 +222,7 @@ def main(argv=None):
         failed = [n for n, c in codes.items() if c != 0]
         if failed:
             raise SystemExit(f"error: training failed for {', '.join(failed)}")
-    curve_jobs = [(m["name"], [sys.executable, __file__, "--curve", "--name", m["name"], "--corpus", m["corpus"],
+    curve_jobs = [(m["name"], [sys.executable, "-m", "scripts.reference_run", "--curve", "--name", m["name"], "--corpus", m["corpus"],
                                "--data", args.data, "--out", args.out, "--curve-subset", args.curve_subset,
                                "--curve-beam", str(args.curve_beam)], out / m["name"] / "curve.log") for m in models]
     run_parallel(curve_jobs, max(args.parallel, 1), "curve")
@@ -241,7 +231,7 @@ def main(argv=None):
         path = out / m["name"] / "curve.json"
         if path.exists():
             summary[m["name"]] = json.loads(path.read_text())
-            summary[m["name"]]["train_seconds"] = train_seconds(out / m["name"] / "train.log")
+            summary[m["name"]]["train_seconds"] = train_log.wall_seconds(out / m["name"] / "train.log")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, out / "curves.png")
     if args.export:
@@ -251,12 +241,6 @@ def main(argv=None):
         last = c["points"][-1] if c["points"] else None
         print(f"{name:20s} last {last and last['updates']} updates BLEU {last and last['bleu']}  best BLEU "
               f"{best and best['bleu']} at {best and best['updates']}  ({c['train_seconds']} s training)")
-
-
-def train_seconds(log):
-    text = Path(log).read_text(errors="replace") if Path(log).exists() else ""
-    m = re.findall(r"done training in ([\d.]+) seconds", text)
-    return float(m[-1]) if m else None
 
 
 if __name__ == "__main__":

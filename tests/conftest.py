@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import fairseq_plugins  # noqa: F401  (compat repairs + registration; the root is on pytest's pythonpath)
 
-import fairseq_plugins  # noqa: E402,F401  (compat repairs + registration)
+REPO = Path(__file__).resolve().parents[1]
 
 PLUGIN_DIR = str(REPO / "fairseq_plugins")
 BIN = Path(sys.executable).parent
@@ -51,14 +49,16 @@ TINY_TRAIN_ARGS = [
 CORPUS_ARGS = ["--pair", "en-de", "--test-size", "120", "--valid-size", "60", "--vocab-size", "1000"]
 
 
-def _cached(name, key_parts, build):
+def cached(name, key_parts, build):
     """Build into a cache folder keyed by everything the result depends on (the builder's source,
     its arguments, the fairseq version), so repeated test sessions on one machine reuse it.
     ``FAST_DECODING_TEST_CACHE`` moves the cache; a fresh machine simply builds it once."""
     import fairseq
 
     h = hashlib.sha1(repr((key_parts, fairseq.__version__)).encode())
-    h.update((REPO / "scripts" / "build_message_corpus.py").read_bytes())
+    for builder in ("scripts/build_message_corpus.py", "fairseq_plugins/corpora/files.py",
+                    "fairseq_plugins/corpora/subwords.py", "fairseq_plugins/corpora/binarize.py"):
+        h.update((REPO / builder).read_bytes())
     root = Path(os.environ.get("FAST_DECODING_TEST_CACHE", Path.home() / ".cache" / "fast-decoding-tests"))
     folder = root / f"{name}-{h.hexdigest()[:12]}"
     if not (folder / "DONE").exists():
@@ -78,7 +78,7 @@ def tiny_corpus():
     def build(out):
         run([sys.executable, str(REPO / "scripts" / "build_message_corpus.py"), "--out", str(out)] + CORPUS_ARGS)
 
-    return _cached("corpus", CORPUS_ARGS, build)
+    return cached("corpus", CORPUS_ARGS, build)
 
 
 @pytest.fixture(scope="session")
@@ -88,4 +88,4 @@ def tiny_model(tiny_corpus):
         run([fairseq_cli("fairseq-train"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR,
              "--task", "fast_translation", "--save-dir", str(save), "--max-update", "300"] + TINY_TRAIN_ARGS)
 
-    return _cached("model", [str(tiny_corpus)] + TINY_TRAIN_ARGS, build) / "checkpoint_best.pt"
+    return cached("model", [str(tiny_corpus)] + TINY_TRAIN_ARGS, build) / "checkpoint_best.pt"

@@ -5,25 +5,21 @@ from argparse import Namespace
 
 import torch
 
-import fairseq_plugins  # noqa: F401  (compat repairs + registration)
+from fairseq_plugins.evaluation.generation import Generation
 
 # short enough to keep the tests fast, long enough that the 300-update model hits it (forced EOS)
 MAX_LEN_B = 40
 
 
 def load(corpus, checkpoint):
-    from fairseq import checkpoint_utils
-
+    """The checkpoint with the task it was trained with, in eval mode, and the test split loaded."""
     # one intra-op thread: the tiny model gains nothing from more, and on a shared 2-core machine
     # two threads per op spin against other jobs and slow the tests down several times
     torch.set_num_threads(1)
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(corpus / "bin")})
-    for m in models:
-        m.eval()
-    task.load_dataset("test")
-    return models, task
+    loaded = Generation.from_checkpoint(checkpoint, corpus / "bin")
+    loaded.dataset("test")
+    return loaded.models, loaded.task
 
 
 def gen_args(**kw):

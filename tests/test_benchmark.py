@@ -2,15 +2,11 @@
 families, the plot's Pareto front, and the output schema and counts on the tiny model."""
 import json
 import math
-import sys
 
 import pytest
 
 from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-import benchmark  # noqa: E402
-import benchmark_plot  # noqa: E402
+from scripts import benchmark, benchmark_plot
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
                "tokens_per_s", "speed_ratio", "model_calls", "mean_accepted", "identical_to_greedy",
@@ -389,7 +385,7 @@ def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
            "args": "--drafter nar --drafter-path {CKPT}/gad_drafter/checkpoint_best.pt --x {DATA}/en-de-kd"}
     args = benchmark.row_args(row, ckpts, data)
     assert args == f"--drafter nar --drafter-path {ckpts}/gad_drafter/checkpoint_best.pt --x {tmp_path / 'data'}/en-de-kd"
-    assert not benchmark._checkpoint_exists(row, ckpts, data)  # the drafter is not trained yet: skipped
+    assert not benchmark.checkpoint_exists(row, ckpts, data)  # the drafter is not trained yet: skipped
     (ckpts / "gad_drafter").mkdir()
     (ckpts / "gad_drafter" / "checkpoint_best.pt").write_bytes(b"")
-    assert benchmark._checkpoint_exists(row, ckpts, data)
+    assert benchmark.checkpoint_exists(row, ckpts, data)

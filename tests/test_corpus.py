@@ -1,13 +1,9 @@
 """scripts/build_message_corpus.py on a locale tree of .mo files written by the test itself."""
 import struct
-import sys
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-import build_message_corpus as bmc  # noqa: E402
+from scripts import build_message_corpus as bmc
 
 
 def write_mo(path, messages):

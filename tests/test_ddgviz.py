@@ -1,10 +1,7 @@
 """DDGviz: the Jacobi iteration matrix ends in the greedy result, every token is fixed by the
 iteration count of Prop. 1, dependencies point backwards, and the script writes a PNG and HTML."""
-import sys
-
 import pytest
 
-from conftest import REPO
 from engine_helpers import MAX_LEN_B, load, reference_greedy
 
 
@@ -34,8 +31,7 @@ def test_trace_converges_to_greedy(setup):
 
 
 def test_script_writes_png_and_html(tiny_corpus, tiny_model, tmp_path):
-    sys.path.insert(0, str(REPO / "scripts"))
-    import ddgviz
+    from scripts import ddgviz
 
     png, page = tmp_path / "ddg.png", tmp_path / "ddg.html"
     trace = ddgviz.main(["--path", str(tiny_model), "--data", str(tiny_corpus / "bin"), "--sentence-id", "10",

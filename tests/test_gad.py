@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, REPO, _cached, fairseq_cli, run
+from conftest import PLUGIN_DIR, REPO, cached, fairseq_cli, run
 from engine_helpers import MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches, reference_greedy
 
 PAD, EOS, BOS, MASK = 1, 2, 2, 99
@@ -56,7 +56,7 @@ def gad_drafter(tiny_corpus, tiny_model):
     def build(save):
         _train_drafter(tiny_corpus / "bin", save, tiny_model, 60, 2048)
 
-    return _cached("gad-drafter", [str(tiny_model), _code_key()] + DRAFTER_ARGS, build) / "checkpoint_last.pt"
+    return cached("gad-drafter", [str(tiny_model), _code_key()] + DRAFTER_ARGS, build) / "checkpoint_last.pt"
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +79,7 @@ def oracle_drafter(tiny_corpus, tiny_model):
              "--workers", "1"])
         _train_drafter(save / "bin", save, tiny_model, 200, 4096)
 
-    return _cached("gad-oracle-drafter", [str(tiny_model), _code_key(), MAX_LEN_B] + DRAFTER_ARGS, build) / "checkpoint_last.pt"
+    return cached("gad-oracle-drafter", [str(tiny_model), _code_key(), MAX_LEN_B] + DRAFTER_ARGS, build) / "checkpoint_last.pt"
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,7 @@
 """multi_token_beam.py: the batched search equals a plain-Python reading of IBDecoder Alg. 1 /
 Imamura's DOUBLETOPK on a stub model, hand-checked cases, real-model consistency, and the CLI."""
 import math
-import sys
 from itertools import product
-from pathlib import Path
 
 import pytest
 import torch
@@ -265,8 +263,7 @@ def test_cli_train_and_generate_interleave(tiny_corpus, tmp_path):
              "--task", "fast_translation", "--target-order", "head_tail", "--path", str(save / "checkpoint_last.pt"),
              "--cpu", "--gen-subset", "test"])
     # scripts/pmi.py (Eq. 13) runs through fairseq's loading/batching on the reordered checkpoint
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import pmi
+    from scripts import pmi
 
     ckpt = str(save / "checkpoint_last.pt")
     result = pmi.main([str(tiny_corpus / "bin"), "--model", ckpt, "--base", ckpt, "--cpu"])

@@ -11,7 +11,6 @@ import math
 import os
 import random
 import subprocess
-import sys
 import unicodedata
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -20,12 +19,9 @@ import pytest
 import torch
 
 from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO / "scripts" / "pipelines"))
-import build_message_corpus as bmc  # noqa: E402
-import corpus_prep  # noqa: E402
-import table as table_driver  # noqa: E402
+from scripts import build_message_corpus as bmc
+from scripts.pipelines import corpus_prep
+from scripts.pipelines import table as table_driver
 
 TINY_TRAIN = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
               "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
@@ -149,7 +145,7 @@ def test_wmt14_imamura_table_end_to_end(papers):
     assert (data / "test.de").read_text(encoding="utf-8").splitlines() == expected
     assert (data / "valid.en").read_text(encoding="utf-8").splitlines() == papers["wmt14"]["wmt09"][0]
     assert (data / "subword").read_text().strip() == "subword-nmt" and (data / "bpe.codes").exists()
-    from benchmark import Corpus
+    from scripts.benchmark import Corpus
 
     corpus = Corpus(data)
     assert (corpus.src, corpus.tgt, len(corpus.references)) == ("en", "de", len(expected))
@@ -221,14 +217,14 @@ def test_aspec_imamura_section_end_to_end(papers):
 
 
 def test_aspec_sentencepiece_per_side(papers, tmp_path):
-    import prepare_aspec_ja_en as aspec
+    from scripts.pipelines import prepare_aspec_ja_en as aspec
 
     out = tmp_path / "spm"
     aspec.main(["--aspec-dir", str(papers["root"] / "aspec"), "--out", str(out), "--subword", "sentencepiece",
                 "--vocab-size", "1000", "--workers", "1"])
     assert (out / "subword").read_text().strip() == "sentencepiece"
     assert (out / "spm.ja.model").exists() and (out / "spm.en.model").exists()
-    from benchmark import Corpus
+    from scripts.benchmark import Corpus
 
     c = Corpus(out)
     assert (c.src, c.tgt) == ("ja", "en")
@@ -239,7 +235,7 @@ def test_aspec_sentencepiece_per_side(papers, tmp_path):
 
 
 def test_aspec_malformed_line_is_refused(papers, tmp_path):
-    import prepare_aspec_ja_en as aspec
+    from scripts.pipelines import prepare_aspec_ja_en as aspec
 
     bad = tmp_path / "aspec"
     write_aspec(bad, catalog_pairs("ja", english_source=False))
@@ -258,7 +254,7 @@ def test_aspec_malformed_line_is_refused(papers, tmp_path):
 
 
 def test_wmt_refusals(papers, tmp_path):
-    import prepare_wmt14_en_de as wmt14
+    from scripts.pipelines import prepare_wmt14_en_de as wmt14
 
     raw = tmp_path / "raw"
     write_wmt(raw, catalog_pairs("de"), WMT14_FILES, "en-de", ["wmt13", "wmt14/full"])
@@ -288,7 +284,7 @@ def test_views_reverse_and_dev_as_test(papers):
     main = papers["root"] / "data" / "wmt16_en_ro"
     if not (main / "DONE").exists():
         pytest.skip("needs the WMT16 corpus of test_wmt16_jacobi_table_end_to_end")
-    from benchmark import Corpus
+    from scripts.benchmark import Corpus
 
     rev = corpus_prep.make_view(main, papers["root"] / "data" / "view_ro_en", reverse=True)
     c = Corpus(rev)
@@ -299,7 +295,7 @@ def test_views_reverse_and_dev_as_test(papers):
 
 
 def test_average_refuses_too_few_checkpoints(tmp_path):
-    import average_checkpoints
+    from scripts import average_checkpoints
 
     (tmp_path / "checkpoint_1_10.pt").write_bytes(b"")
     with pytest.raises(SystemExit, match=r"has 1 update checkpoints .*, 5 wanted"):

@@ -1,18 +1,11 @@
 """scripts/profile_decode.py: the instrumentation exists only while profiling, and the profile's
 counts agree with what the generators count themselves."""
-import sys
-
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-import benchmark  # noqa: E402
-import profile_decode  # noqa: E402
-
-from fairseq_plugins.decoding.acceptance import Exact  # noqa: E402
-from fairseq_plugins.decoding.cache import KVCache  # noqa: E402
-from fairseq_plugins.decoding.step import DecoderStep  # noqa: E402
+from fairseq_plugins.decoding.acceptance import Exact
+from fairseq_plugins.decoding.cache import KVCache
+from fairseq_plugins.decoding.step import DecoderStep
+from scripts import benchmark, profile_decode
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +61,19 @@ def test_profile_counts_match_the_engine_and_leave_nothing_behind(engine_runner)
     assert torch.Tensor.tolist.__qualname__.endswith("tolist") and not hasattr(torch.Tensor.tolist, "__wrapped__")
     table = profile_decode.markdown(summary)
     assert table.count("\n|") == 2 + len(summary["components"]) + len(summary["host_syncs"])
+
+
+def test_a_point_that_names_nothing_is_an_error(engine_runner):
+    """A renamed class or method fails the profile instead of silently dropping its row."""
+    profile_decode.check_points(profile_decode.POINTS)  # every point of the table exists today
+    for point in [("x", "fairseq_plugins.decoding.step:DecoderStep", "no_such_method"),
+                  ("x", "fairseq_plugins.decoding.step:NoSuchClass", "__call__")]:
+        with pytest.raises(profile_decode.ProfilePointError, match="update POINTS"):
+            profile_decode.check_points([point])
+    roots = profile_decode.roots_of(engine_runner)
+    with pytest.raises(profile_decode.ProfilePointError, match="no method no_such_method"):
+        with profile_decode.instrumented([("x", "model.encoder", "no_such_method")], roots):
+            pass
+    assert "forward" not in vars(engine_runner.models[0].encoder)
+    with profile_decode.instrumented([("x", "model.no_such_part", "forward")], roots):  # absent from this row: skipped
+        pass

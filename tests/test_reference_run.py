@@ -5,9 +5,7 @@ import subprocess
 import sys
 
 from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-import reference_run  # noqa: E402
+from scripts import reference_run
 
 
 def test_model_list_lines(tmp_path):
@@ -30,10 +28,11 @@ def test_curve_of_interval_checkpoints(tmp_path, tiny_corpus, tiny_model):
     folder.mkdir(parents=True)
     (folder / "checkpoint_1_100.pt").symlink_to(tiny_model)
     (out / "m").mkdir()
-    (out / "m" / "train.log").write_text("x | valid | epoch 001 | valid on 'valid' subset | loss 5.5 | num_updates 100\n")
-    subprocess.run([sys.executable, str(REPO / "scripts" / "reference_run.py"), "--curve", "--name", "m", "--corpus",
+    (out / "m" / "train.log").write_text('2026-01-01 00:00:00 | INFO | valid | {"epoch": 1, "valid_loss": "5.5", '
+                                         '"valid_num_updates": "100"}\n')  # fairseq-train --log-format json
+    subprocess.run([sys.executable, "-m", "scripts.reference_run", "--curve", "--name", "m", "--corpus",
                     tiny_corpus.name, "--data", str(tiny_corpus.parent), "--out", str(out), "--curve-subset", "test",
-                    "--curve-beam", "2"], check=True, capture_output=True, text=True)
+                    "--curve-beam", "2"], check=True, capture_output=True, text=True, cwd=REPO)
     curve = json.loads((out / "m" / "curve.json").read_text())
     (point,) = curve["points"]
     assert point["updates"] == 100 and point["valid_loss"] == 5.5

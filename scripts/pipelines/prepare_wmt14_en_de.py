@@ -14,15 +14,11 @@ Recipes (``--recipe``):
 
 Usage::
 
-    python scripts/pipelines/prepare_wmt14_en_de.py --out data/wmt14_en_de
-    python scripts/pipelines/prepare_wmt14_en_de.py --recipe imamura --out data/wmt14_en_de_imamura \\
+    python -m scripts.pipelines.prepare_wmt14_en_de --out data/wmt14_en_de
+    python -m scripts.pipelines.prepare_wmt14_en_de --recipe imamura --out data/wmt14_en_de_imamura \\
         --raw-dir data/raw/wmt14 --offline
 """
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import wmt  # noqa: E402
+from scripts.pipelines import wmt
 
 STATMT = "https://www.statmt.org"
 

@@ -13,13 +13,9 @@ reference is normalised the same way as the model's training targets.
 
 Usage::
 
-    python scripts/pipelines/prepare_wmt16_en_ro.py --out data/wmt16_en_ro
+    python -m scripts.pipelines.prepare_wmt16_en_ro --out data/wmt16_en_ro
 """
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import wmt  # noqa: E402
+from scripts.pipelines import wmt
 
 PIPELINE = {
     "tag": "wmt16",

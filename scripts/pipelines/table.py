@@ -4,18 +4,17 @@ hyperparameters (configs/papers/<paper>/), average the checkpoints as the paper 
 row with the benchmark harness (scripts/benchmark.py: BLEU over the whole test set, timed passes,
 same-run speed ratios) and write the table in Markdown with the paper's numbers beside ours.
 
-    python scripts/pipelines/table.py --table ibdecoder --dry-run        # print every command
-    python scripts/pipelines/table.py --table ibdecoder                  # run (resumable)
-    python scripts/pipelines/table.py --table imamura --aspec-dir /data/ASPEC/ASPEC-JE --sections base_wmt14
+    python -m scripts.pipelines.table --table ibdecoder --dry-run        # print every command
+    python -m scripts.pipelines.table --table ibdecoder                  # run (resumable)
+    python -m scripts.pipelines.table --table imamura --aspec-dir /data/ASPEC/ASPEC-JE --sections base_wmt14
 
 Tables: imamura (Imamura & Sumita Table 2), ibdecoder (Zhang et al. Table 1), stern (Stern et al.
 Tables 1 and 4), gad (Ge et al. Tables 5 and 14), jacobi (Santilli et al. Table 1).
 
 Every step is skipped when its result exists (a DONE marker or the output file), and fairseq-train
-resumes from checkpoint_last.pt, so an interrupted run continues where it stopped.  Rows whose
-method is not built in this plugin yet (checked in fairseq's registries: blockwise heads, the GAD
-drafter) or which need scripts/distill.py when it is missing are skipped with a note, as are the
-models only they need.  Folders (``--root``, default work/papers):
+resumes from checkpoint_last.pt, so an interrupted run continues where it stopped.  A row or model
+that needs a task, architecture or criterion the plugin does not register (checked in fairseq's
+registries) is skipped with a note, as are the models only it needs.  Folders (``--root``, default work/papers):
 
     ROOT/raw/          downloaded corpora and test sets (or --raw-dir)
     ROOT/data/         prepared corpora, shared by the tables (or --data-root)
@@ -37,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
+from scripts.pipelines import tables as T
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-import tables as T  # noqa: E402
 
 PY = sys.executable
 
@@ -56,7 +55,7 @@ class Step:
     what: str
     argv: List[str] = field(default_factory=list)
     done: Optional[Path] = None    # the step is finished when this exists
-    skip: Optional[str] = None     # why the step cannot run (method not built yet, ...)
+    skip: Optional[str] = None     # why the step cannot run (a licensed corpus, an unregistered method...)
     run: Optional[Callable] = None  # in-process steps (symbolic link, rows file, the table)
     log: Optional[Path] = None
     mark: bool = False             # write ``done`` when the command succeeds
@@ -73,8 +72,6 @@ def missing_registrations(requires):
     """The entries of ``requires`` ("arch:X", "task:X", "criterion:X") that the plugin does not register."""
     if not requires:
         return []
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
     import fairseq_plugins  # noqa: F401  (registers the plugin's tasks, models, criterions)
     from fairseq.criterions import CRITERION_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -84,9 +81,10 @@ def missing_registrations(requires):
     return [r for r in requires if r.split(":", 1)[1] not in registries[r.split(":", 1)[0]]]
 
 
-def distill_script():
-    path = REPO / "scripts" / "distill.py"
-    return path if path.exists() else None
+def registration_skip(requires):
+    """Why a model or row that needs ``requires`` cannot run here, or None."""
+    missing = missing_registrations(requires)
+    return f"not built in this plugin yet ({', '.join(missing)} not registered)" if missing else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -255,14 +253,12 @@ class Planner:
         corpus_skip = self.skipped_corpora.get(m.corpus) or self.skipped_corpora.get(self.t.corpora[m.corpus].view_of)
         if corpus_skip:
             return corpus_skip
-        missing = missing_registrations(m.requires)
-        if missing:
-            return f"not built in this plugin yet ({', '.join(missing)} not registered)"
+        unregistered = registration_skip(m.requires)
+        if unregistered:
+            return unregistered
         for dep in list(m.needs) + ([m.distill_from] if m.distill_from else []):
             if dep in self.skipped_models:
                 return f"needs {dep}, skipped"
-        if m.distill_from and distill_script() is None:
-            return "needs sequence-level distillation: scripts/distill.py is not in this checkout yet"
         return None
 
     def plan_model(self, m):
@@ -315,8 +311,7 @@ class Planner:
         for name in (r.model, *r.uses):
             if name in self.skipped_models:
                 return f"{name}: {self.skipped_models[name]}"
-        missing = missing_registrations(r.requires)
-        return f"not built in this plugin yet ({', '.join(missing)} not registered)" if missing else None
+        return registration_skip(r.requires)
 
     def plan_section(self, s, rows):
         out = self.work / "results" / s.key

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh >&2  # idempotent: installs or switches the torch build for this machine
-exec .venv/bin/python scripts/pipelines/table.py --table imamura "$@"
+exec .venv/bin/python -m scripts.pipelines.table --table imamura "$@"

@@ -6,11 +6,15 @@ joint BPE (subword-nmt) -> length filter (train only; valid/test are never filte
 every sentence) -> fairseq-preprocess --joined-dictionary.
 """
 import argparse
-import sys
+import os
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import corpus_prep as cp  # noqa: E402
+from fairseq_plugins.corpora.binarize import binarize
+from fairseq_plugins.corpora.files import (AtomicWriter, PrepError, check_settings, exists, iter_lines, log, set_tag,
+                                           write_lines, write_marker, zip_strict)
+from fairseq_plugins.corpora.sources import test_set, training_files
+from fairseq_plugins.corpora.subwords import learn_bpe
+from fairseq_plugins.corpora.text import length_filter, process_file, romanian
 
 
 def build_parser(spec, description):
@@ -28,13 +32,13 @@ def build_parser(spec, description):
     ap.add_argument("--test-sets", nargs="+", help="sacreBLEU test-set names concatenated as the test set")
     ap.add_argument("--max-len", type=int, default=250, help="length filter: max subwords per side (train)")
     ap.add_argument("--max-ratio", type=float, default=1.5, help="length filter: max length ratio (train)")
-    ap.add_argument("--workers", type=int, default=max(1, min(16, (__import__("os").cpu_count() or 1))))
+    ap.add_argument("--workers", type=int, default=max(1, min(16, os.cpu_count() or 1)))
     return ap
 
 
 def prepare(spec, args):
     """Run the pipeline of ``spec`` (languages, corpora, recipes) with parsed ``args``."""
-    cp.set_tag(spec["tag"])
+    set_tag(spec["tag"])
     recipe = spec["recipes"][args.recipe]
     merges = args.bpe_merges or recipe["merges"]
     valid_sets = args.valid_sets or recipe["valid"]
@@ -45,62 +49,63 @@ def prepare(spec, args):
     raw = Path(args.raw_dir) if args.raw_dir else out / "raw"
     work = out / "work"
     ro_mode = getattr(args, "romanian", "none")
-    cp.check_settings(out, {"merges": merges, "valid": " ".join(valid_sets), "test": " ".join(test_sets),
+    check_settings(out, {"merges": merges, "valid": " ".join(valid_sets), "test": " ".join(test_sets),
                             "max_len": args.max_len, "max_ratio": args.max_ratio, "romanian": ro_mode,
                             "corpora": " ".join(c["name"] for c in spec["corpora"])})
     if (out / "DONE").exists():
-        cp.log(f"{out} is already prepared (delete {out / 'DONE'} to check it again)")
+        log(f"{out} is already prepared (delete {out / 'DONE'} to check it again)")
         return out
-    cp.log(f"{langpair}: BPE {merges:,} merges, valid {'+'.join(valid_sets)}, test {'+'.join(test_sets)}; "
+    log(f"{langpair}: BPE {merges:,} merges, valid {'+'.join(valid_sets)}, test {'+'.join(test_sets)}; "
            f"raw data under {raw}")
 
     def ro(text, lang):
-        return cp.romanian(text, ro_mode) if lang == "ro" else text
+        return romanian(text, ro_mode) if lang == "ro" else text
 
     # 1. raw text: training corpora concatenated; dev/test sets from sacreBLEU (text or SGM)
-    if not cp.exists(*(work / f"train.raw.{lang}" for lang in (src, tgt))):
-        pairs = cp.training_files(raw, spec["corpora"], (src, tgt), args.offline)
-        with cp.AtomicWriter(work / f"train.raw.{src}") as fs, cp.AtomicWriter(work / f"train.raw.{tgt}") as ft:
+    if not exists(*(work / f"train.raw.{lang}" for lang in (src, tgt))):
+        pairs = training_files(raw, spec["corpora"], (src, tgt), args.offline)
+        with AtomicWriter(work / f"train.raw.{src}") as fs, AtomicWriter(work / f"train.raw.{tgt}") as ft:
             for name, (ps, pt) in pairs:
                 n = 0
-                for s, t in cp.zip_strict(cp.iter_lines(ps), cp.iter_lines(pt), ps, pt):
+                for s, t in zip_strict(iter_lines(ps), iter_lines(pt), ps, pt):
                     fs.write(ro(s.strip(), src) + "\n")
                     ft.write(ro(t.strip(), tgt) + "\n")
                     n += 1
                 if n == 0:
-                    raise cp.PrepError(f"{ps} is empty")
-                cp.log(f"training corpus {name}: {n:,} pairs")
+                    raise PrepError(f"{ps} is empty")
+                log(f"training corpus {name}: {n:,} pairs")
     for split, sets in (("valid", valid_sets), ("test", test_sets)):
-        if not cp.exists(out / f"{split}.{src}", out / f"{split}.{tgt}"):
+        if not exists(out / f"{split}.{src}", out / f"{split}.{tgt}"):
             srcs, refs = [], []
             for name in sets:
-                s, r = cp.test_set(raw, name, langpair, args.offline)
-                cp.log(f"{split}: {name} {len(s):,} sentences")
+                s, r = test_set(raw, name, langpair, args.offline)
+                log(f"{split}: {name} {len(s):,} sentences")
                 srcs += s
                 refs += r
             # the raw files are the BLEU references: the same (Romanian) normalisation as training
-            cp.write_lines(out / f"{split}.{tgt}", [ro(x, tgt) for x in refs])
-            cp.write_lines(out / f"{split}.{src}", [ro(x, src) for x in srcs])
+            write_lines(out / f"{split}.{tgt}", [ro(x, tgt) for x in refs])
+            write_lines(out / f"{split}.{src}", [ro(x, src) for x in srcs])
 
     # 2. Moses normalisation + tokenisation
     for split in ("train", "valid", "test"):
         for lang in (src, tgt):
             raw_text = work / f"train.raw.{lang}" if split == "train" else out / f"{split}.{lang}"
-            cp.process_file("moses", lang, None, raw_text, work / f"{split}.tok.{lang}", args.workers, "tokenise")
+            process_file("moses", lang, None, raw_text, work / f"{split}.tok.{lang}", args.workers, "tokenise")
 
     # 3. joint BPE
-    cp.learn_bpe([work / f"train.tok.{src}", work / f"train.tok.{tgt}"], out / "bpe.codes", merges, args.workers)
+    learn_bpe([work / f"train.tok.{src}", work / f"train.tok.{tgt}"], out / "bpe.codes", merges, args.workers)
     for split in ("train", "valid", "test"):
         for lang in (src, tgt):
-            cp.process_file("bpe", lang, str(out / "bpe.codes"), work / f"{split}.tok.{lang}",
+            process_file("bpe", lang, str(out / "bpe.codes"), work / f"{split}.tok.{lang}",
                             work / f"{split}.bpe.{lang}", args.workers, "apply BPE to")
 
     # 4. length filter (train only) and binarisation with one joined dictionary
-    cp.length_filter(work / f"train.bpe.{src}", work / f"train.bpe.{tgt}", work / f"train.clean.{src}",
+    length_filter(work / f"train.bpe.{src}", work / f"train.bpe.{tgt}", work / f"train.clean.{src}",
                      work / f"train.clean.{tgt}", args.max_len, args.max_ratio)
-    cp.binarize(out, src, tgt, {"train": work / "train.clean", "valid": work / "valid.bpe", "test": work / "test.bpe"},
-                joined=True, workers=args.workers)
-    cp.write_marker(out, "subword", "subword-nmt")
-    cp.write_marker(out, "DONE", "ok")
-    cp.log(f"done: {out} (bin/, test.{src}/test.{tgt} raw, bpe.codes)")
+    if not (out / "bin").is_dir():
+        binarize(out / "bin", src, tgt, {"train": work / "train.clean", "valid": work / "valid.bpe",
+                                         "test": work / "test.bpe"}, joined=True, workers=args.workers)
+    write_marker(out, "subword", "subword-nmt")
+    write_marker(out, "DONE", "ok")
+    log(f"done: {out} (bin/, test.{src}/test.{tgt} raw, bpe.codes)")
     return out

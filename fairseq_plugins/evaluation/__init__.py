@@ -1,0 +1,10 @@
+"""What the scripts share to evaluate trained models: a checkpoint loaded and decoded the way
+``fairseq-generate`` does it (:mod:`.generation`), a corpus folder's references and BLEU
+(:mod:`.corpus`), and fairseq-train's JSON logs read back (:mod:`.train_log`).
+
+Not imported by ``--user-dir fairseq_plugins``: only the scripts and the tests use it.
+"""
+
+
+class EvaluationError(RuntimeError):
+    """Bad input to an evaluation (a missing checkpoint, an empty split...); the message says how to fix it."""

@@ -1,0 +1,1 @@
+"""The paper data pipelines and table drivers (``python -m scripts.pipelines.table ...``)."""
