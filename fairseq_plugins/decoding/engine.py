@@ -343,9 +343,11 @@ class DraftVerifyGenerator:
             count, ended = self._bounded(count, ended, n_gen, run.max_len)
             rows.out.scatter_(1, (n_gen.unsqueeze(1) + 1 + run.arange[:m]).clamp(max=width - 1), new)
             rows.lp_out.scatter_(1, (n_gen.unsqueeze(1) + run.arange[:m]).clamp(max=width - 1), new_lp)
-            if run.cache is not None:  # the running score breaks the verifier's ties (the drafter alone has none)
-                for i in range(m):  # fairseq adds one token's log-prob at a time (float32 rounding as there)
-                    rows.score = torch.where(count > i, rows.score + new_lp[:, i], rows.score)
+            if verdict.scored is not None:  # the running score breaks the verifier's ties (the drafter alone has none)
+                # fairseq adds one token's log-prob at a time: the running score before the last appended
+                # token is that sum over the accepted draft tokens already (same float32 adds, same order)
+                last = (count - 1).unsqueeze(1)
+                rows.score = (verdict.scored.running.gather(1, last) + new_lp.gather(1, last)).squeeze(1)
         rows.n_gen = n_gen + count
         return count, ended
 

@@ -33,12 +33,14 @@ class Columns:
 @dataclass
 class Scored:
     """What the verifier said at the first ``m`` fed columns: ``lprobs`` ``(B, m, V)`` constrained,
-    ``top``/``top_lprob`` ``(B, m)`` its own token and log-prob, ``accepted`` ``(B,)`` draft tokens."""
+    ``top``/``top_lprob`` ``(B, m)`` its own token and log-prob, ``accepted`` ``(B,)`` draft tokens,
+    ``running`` ``(B, m)`` fairseq's running score before each column (:func:`running_scores`)."""
 
     lprobs: Tensor
     top: Tensor
     top_lprob: Tensor
     accepted: Tensor
+    running: Tensor
 
 
 class ColumnScorer:
@@ -63,8 +65,9 @@ class ColumnScorer:
     def all_columns(self, logits: Tensor, cols: Columns, score: Tensor, draft: Tensor,
                     acceptance: AcceptanceRule) -> Scored:
         lprobs = self.log_probs(logits, cols)
-        top, top_lprob = self.top(lprobs, running_scores(score, lprobs, draft))
-        return Scored(lprobs, top, top_lprob, self._accepted(acceptance, draft, lprobs, top))
+        running = running_scores(score, lprobs, draft)
+        top, top_lprob = self.top(lprobs, running)
+        return Scored(lprobs, top, top_lprob, self._accepted(acceptance, draft, lprobs, top), running)
 
     def until_rejected(self, hidden: Tensor, cols: Columns, score: Tensor, draft: Tensor,
                        acceptance: AcceptanceRule) -> Scored:
@@ -81,15 +84,15 @@ class ColumnScorer:
             a, b = b, min(m, max(2, 2 * b))
             lp = self.log_probs(self.verifier.project(hidden[:, a:b]), cols.sub(a, b))
             running = running_scores(before, lp, draft[:, a:b])  # (B, b - a [+ 1: before column b])
-            parts.append((lp, *self.top(lp, running[:, : b - a])))
+            parts.append((lp, *self.top(lp, running[:, : b - a]), running[:, : b - a]))
             before = running[:, -1]
-            lprobs, top, top_lp = (t[0] if len(parts) == 1 else torch.cat(t, dim=1) for t in zip(*parts))
+            lprobs, top, top_lp, run = (t[0] if len(parts) == 1 else torch.cat(t, dim=1) for t in zip(*parts))
             accepted = self._accepted(acceptance, draft[:, :b], lprobs, top)
             if b == m:
-                return Scored(lprobs, top, top_lp, accepted)
+                return Scored(lprobs, top, top_lp, accepted, run)
             used = int(accepted.max()) + 1  # the host read of this chunk
             if used <= b:  # every row rejected within the scored columns
-                return Scored(lprobs[:, :used], top[:, :used], top_lp[:, :used], accepted)
+                return Scored(lprobs[:, :used], top[:, :used], top_lp[:, :used], accepted, run[:, :used])
 
     @staticmethod
     def _accepted(acceptance: AcceptanceRule, draft: Tensor, lprobs: Tensor, top: Tensor) -> Tensor:
@@ -102,8 +105,9 @@ def running_scores(score: Tensor, lprobs: Tensor, draft: Tensor) -> Tensor:
     """fairseq's running score before each fed position ``(B, m)``: the row's score, then the
     draft tokens' log-probs added one at a time (a draft token counts only while accepted,
     and where one is rejected the later positions are not used).  A Python loop of float32 adds on
-    purpose: fairseq adds one log-prob per step, and ``cumsum`` rounds differently (on a CPU it
-    accumulates in double), which can break a near-tie differently than fairseq does."""
+    purpose (one kernel per draft column): fairseq adds one log-prob per step, and ``cumsum`` rounds
+    differently (on a CPU it accumulates in double, on a GPU it scans in parallel), which can break
+    a near-tie differently than fairseq does.  The engine reads a row's new score from it too."""
     if draft.size(1) == 0:
         return score.unsqueeze(1)
     lp = lprobs[:, : draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
