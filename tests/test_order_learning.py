@@ -24,6 +24,12 @@ mechanism directly.  Wrong lengths: at most LENGTH_FACTOR times L2R's share (0.0
 LENGTH_FLOOR; the worst order measured has 0.040.  Cost: 342 s of one core for the 14 trainings
 and decodings (about 5.7 minutes); it replaces a copy task (lengths 2..8) that every order
 saturated (0.98-1.0).
+
+IMDecoder's gap (seed 1, 1000 held-out pairs: 0.893 against IBDecoder's 0.969 and L2R's 0.985) is
+not its lengths (12 too short, 22 too long, 73 wrong tokens of the right length): 89 of its 107
+errors start in the two directions that begin at the segment boundary, a position only a count
+over the whole source gives, against 18 in the two that begin at the sentence's ends as
+IBDecoder's do (teacher-forced, all four are 0.985-1.0 right at the first step).
 """
 import statistics
 
