@@ -35,6 +35,31 @@ def test_training_forward_equals_incremental_decoding(tmp_path, name, h, c, flag
     torch.testing.assert_close(full, torch.cat(steps, 1), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name,h,c,flags", ORDER_CASES, ids=lambda v: str(v))
+def test_collated_batch_of_mixed_lengths_equals_incremental_decoding(tmp_path, name, h, c, flags):
+    """A training batch as the dataset collates it (targets of 1..13 tokens, every remainder modulo z,
+    reordered, end-marker padded and right-padded with PAD) scores every real slot as the beam
+    search's incremental steps do: the padding of shorter rows changes nothing."""
+    task, model, _ = build(tmp_path, name, h, c, flags)
+    d = task.target_dictionary
+    eos, pad = d.eos(), d.pad()
+    g = torch.Generator().manual_seed(3)
+    tgts = [torch.cat([torch.randint(4, 40, (n,), generator=g), torch.tensor([eos])]) for n in range(1, 14)]
+    srcs = [torch.cat([torch.randint(4, 40, (1 + n % 5,), generator=g), torch.tensor([eos])]) for n in range(13)]
+    base = LanguagePairDataset(srcs, [len(s) for s in srcs], d, tgts, [len(t) for t in tgts], d)
+    data = ReorderedLanguagePairDataset(base, model.generation_order)
+    batch = data.collater([data[i] for i in range(len(tgts))])
+    net_input, z = batch["net_input"], model.generation_order.z
+    with torch.no_grad():
+        full = model.get_normalized_probs(model(**net_input), log_probs=True)
+        prev = net_input["prev_output_tokens"]
+        stepper = ModelStepper(model, net_input, 1, prev.size(1), model.generation_order)
+        steps = torch.cat([stepper.step(prev[:, :(k + 1) * z]) for k in range(prev.size(1) // z)], 1)
+    real = batch["target"].ne(pad)
+    assert not bool(real.all())  # shorter rows are padded
+    torch.testing.assert_close(full[real], steps[real], atol=1e-5, rtol=0)
+
+
 def test_mask_hides_future_groups(tmp_path):
     _, model, _ = build(tmp_path, "interleave", 2, 1)
     src, src_len = torch.randint(4, 40, (1, 5)), torch.tensor([5])
