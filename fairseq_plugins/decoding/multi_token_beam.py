@@ -49,16 +49,17 @@ class ModelStepper:
         self.cache = self.step_fn.begin(encoder_out, capacity, group=beam)
         self.order = order
         self.z = order.z
-        self._masks = {}
+        self._allowed = None  # the ablation orders' M(h,c) on the device, built once per batch
 
     def _mask(self, past, device):
-        """The order's rows past..past+z of M(h,c) with its ablations, or None when all allowed."""
+        """The order's rows past..past+z of M(h,c) with its ablations, or None when all allowed
+        (the plain orders: the z slots of a step see one another and every earlier slot)."""
         if not (self.order.vanilla_mask or self.order.independent_directions):
             return None
-        if past not in self._masks:
-            allowed = self.order.allowed(past + self.z)[past:]
-            self._masks[past] = None if bool(allowed.all()) else allowed.to(device)
-        return self._masks[past]
+        end = past + self.z
+        if self._allowed is None or self._allowed.size(0) < end:  # one host-to-device copy per batch
+            self._allowed = self.order.allowed(max(end, self.cache.capacity)).to(device)
+        return self._allowed[past:end, :end]
 
     def step(self, decoder_input):
         """decoder_input: (rows, slots so far) -> log-probs (rows, z, V) of the last z slots, fp32."""
@@ -279,10 +280,10 @@ class MultiTokenBeamSearch:
                 if not math.isfinite(float(score[s, j])):
                     continue
                 gen, lp = tokens[s, j, :slots[s, j]], lps[s, j, :slots[s, j]]
-                index = torch.tensor(self.order.restore_index(gen, self.eos), dtype=torch.long)
+                index = torch.tensor(self.order.restore_index(gen, self.eos), dtype=torch.long, device="cpu")
                 nat_lp = lp[index]
                 hypos.append({
-                    "tokens": torch.cat([gen[index], torch.tensor([self.eos])]).to(device),
+                    "tokens": torch.cat([gen[index], torch.tensor([self.eos], device="cpu")]).to(device),
                     "score": score[s, j].to(device),
                     "positional_scores": torch.cat([nat_lp, (lp.sum() - nat_lp.sum()).view(1)]).to(device),
                     "attention": None,
