@@ -68,7 +68,8 @@ class DrafterOnlyGenerator(DraftVerifyGenerator):
                 keep = self._finalize(done, lengths, rows, out, lp_out, finalized)
                 if not keep:
                     break
-                keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+                # the rows going on, in order, from the device's own flags: no host-to-device copy
+                keep_t = torch.sort(ended.long(), stable=True).indices[: len(keep)]
                 drafter.select_rows(keep_t)
                 out, lp_out, n_gen = (t.index_select(0, keep_t) for t in (out, lp_out, n_gen))
                 rows = [rows[i] for i in keep]

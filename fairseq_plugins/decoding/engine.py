@@ -269,7 +269,8 @@ class DraftVerifyGenerator:
                 keep = self._finalize(done, lengths, rows, out, lp_out, finalized)
                 if not keep:
                     break
-                keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+                # the rows going on, in order, from the device's own flags: no host-to-device copy
+                keep_t = torch.sort(ended.long(), stable=True).indices[: len(keep)]
                 rows = [rows[i] for i in keep]
                 lengths = [lengths[i] for i in keep]
                 cache.select_rows(keep_t, aligned=min(lengths) == max(lengths), max_length=max(lengths))
