@@ -16,7 +16,7 @@ from fairseq import options, tasks
 
 from _reorder_utils import build as build_reordered
 from conftest import PLUGIN_DIR
-from engine_helpers import engine, gen_args
+from engine_helpers import engine
 
 ENGINE_DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
 ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp")
