@@ -124,7 +124,7 @@ class GenerationOrder:
 
     def positions(self, length, offset=0):
         """Positions of slots offset..offset+length-1 (0-based slot t, paper's t = slot+1)."""
-        return self.positions_at(torch.arange(offset, offset + length))
+        return self.positions_at(torch.arange(offset, offset + length, device="cpu"))
 
     def positions_at(self, t):
         """Positions of the 0-based slot indices ``t`` (any shape): a function of the slot alone."""
@@ -137,7 +137,7 @@ class GenerationOrder:
 
     def directions(self, length, offset=0):
         """Direction id of every slot (Eq. 10, second part; 0 = left-to-right)."""
-        return self.directions_at(torch.arange(offset, offset + length))
+        return self.directions_at(torch.arange(offset, offset + length, device="cpu"))
 
     def directions_at(self, t):
         """Direction ids of the 0-based slot indices ``t`` (any shape)."""
@@ -149,16 +149,16 @@ class GenerationOrder:
     def reorder(self, tokens, eos=EOS):
         """Natural target ids WITHOUT the final EOS -> (tokens, positions, directions), all in
         generation order, end markers included, length a multiple of z."""
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-        index = torch.tensor(self.gather_index(len(tokens)), dtype=torch.long)
-        out = torch.full(index.shape, eos, dtype=torch.long)
+        tokens = torch.as_tensor(tokens, dtype=torch.long, device="cpu")
+        index = torch.tensor(self.gather_index(len(tokens)), dtype=torch.long, device="cpu")
+        out = torch.full(index.shape, eos, dtype=torch.long, device="cpu")
         keep = index >= 0
         out[keep] = tokens[index[keep]]
         return out, self.positions(len(out)), self.directions(len(out))
 
     def kept_slots(self, generated, eos=EOS):
         """Slots of a generated sequence that survive restoring, as a list of slot indices."""
-        generated = torch.as_tensor(generated).tolist()
+        generated = generated.tolist() if isinstance(generated, torch.Tensor) else list(generated)
         is_end = [tok == eos for tok in generated]
         final_step = None
         for slot, end in enumerate(is_end):
@@ -192,13 +192,13 @@ class GenerationOrder:
 
     def restore(self, generated, eos=EOS):
         """Generation order (end markers and trailing tokens allowed) -> natural order, no markers."""
-        generated = torch.as_tensor(generated, dtype=torch.long)
-        return generated[torch.tensor(self.restore_index(generated, eos), dtype=torch.long)]
+        generated = torch.as_tensor(generated, dtype=torch.long, device=getattr(generated, "device", "cpu"))
+        return generated[torch.tensor(self.restore_index(generated, eos), dtype=torch.long, device=generated.device)]
 
     # ---- attention ----
     def allowed(self, length):
         """Boolean matrix: query slot i may attend decoder-input slot j (Eq. 4 and ablations)."""
-        t = torch.arange(length)
+        t = torch.arange(length, device="cpu")
         if self.vanilla_mask:
             ok = t[:, None] >= t[None, :]  # M(1,1), Table 2 #2
         else:
@@ -211,14 +211,14 @@ class GenerationOrder:
 
     def mask(self, length):
         """The float 0/-inf self-attention mask M(h,c) of Eq. 4 (with the order's ablations)."""
-        return torch.zeros(length, length).masked_fill(~self.allowed(length), float("-inf"))
+        return torch.zeros(length, length, device="cpu").masked_fill(~self.allowed(length), float("-inf"))
 
     def incremental_mask(self, past, new):
         """Rows past..past+new of the mask (new queries over past+new keys); None if all allowed."""
         allowed = self.allowed(past + new)[past:]
         if bool(allowed.all()):
             return None
-        return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+        return torch.zeros(allowed.shape, device="cpu").masked_fill(~allowed, float("-inf"))
 
     def __hash__(self):
         return hash(self.signature)

@@ -1,0 +1,30 @@
+"""scripts/gpu_check.py, the first command a GPU user runs (scripts/gpu_check.sh): its dry run on a
+CPU in CI (fp32 on a CPU: every lossless generator identical to fairseq's greedy), and the report
+itself on a GPU (marked ``cuda``, run by scripts/gpu_check.sh)."""
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import gpu_check  # noqa: E402
+
+
+def test_dry_run_on_cpu_reports_every_lossless_generator(tiny_corpus, tiny_model, capsys):
+    rates = gpu_check.main(["--data", str(tiny_corpus / "bin"), "--path", str(tiny_model), "--device", "cpu",
+                            "--sentences", "12"])
+    out = capsys.readouterr().out
+    assert "torch " + torch.__version__ in out and "device: cpu" in out
+    assert "identical to fairseq's greedy" in out and "engine greedy (--drafter none)" in out
+    assert set(rates) == {"fp32"} and set(rates["fp32"]) == {"none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj",
+                                                            "input_copy"}
+    assert all(rate == 1.0 for rate in rates["fp32"].values()), rates  # lossless, fp32 on one device
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check.sh runs it there)")
+def test_gpu_report(tiny_corpus, tiny_model):
+    rates = gpu_check.main(["--data", str(tiny_corpus / "bin"), "--path", str(tiny_model), "--device", "cuda"])
+    assert set(rates) == {"fp32", "fp16"}
