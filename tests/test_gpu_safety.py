@@ -11,6 +11,7 @@
 * the sync budget (tests/_sync_counter.py): at most one host synchronisation per engine iteration
   and per beam step, no host-to-device copy inside a loop.
 """
+import dataclasses
 import math
 
 import pytest
@@ -231,9 +232,10 @@ def test_the_trap_catches_a_forgotten_device_inside_a_generator(setup, monkeypat
     gen, used = build(setup, "input_copy")
     propose = type(gen.drafter).propose
 
-    def careless(self, out, n_gen):
-        draft = propose(self, out, n_gen)
-        return draft + torch.zeros(draft.shape, dtype=draft.dtype)  # no device=
+    def careless(self, out, n_gen, longest=None):
+        draft = propose(self, out, n_gen, longest=longest)
+        return dataclasses.replace(draft, tokens=draft.tokens + torch.zeros(draft.tokens.shape,
+                                                                          dtype=draft.tokens.dtype))  # no device=
 
     monkeypatch.setattr(type(gen.drafter), "propose", careless)
     decode_all(gen, used, batches[:1])  # fine on a CPU without the trap

@@ -161,12 +161,21 @@ class DraftVerifyGenerator:
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
         if not acceptance.needs_verifier:
             self._check_drafter_alone(drafter)
-        adaptive = drafter.adaptive_block if adaptive_block_size == "auto" else adaptive_block_size == "on"
-        adaptive = adaptive and acceptance.needs_verifier  # the drafter alone drafts every call
-        # one policy for the generator's life: an adaptive one carries what it learned into the next batches
-        self.policy = AdaptiveBlock(probe=drafter.drafts_after_plain_steps) if adaptive else FixedBlock()
+        self.adaptive_block_size = adaptive_block_size
+        self.policy = self._policy_for(drafter)
+        # --drafter auto: its candidates take turns on the first batches, each with its own width policy
+        self.choice = getattr(drafter, "choice", None)
+        self.policies = {name: self._policy_for(d) for name, d in getattr(drafter, "candidates", {}).items()}
         self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
         self.reset_stats()
+
+    def _policy_for(self, drafter: Drafter) -> FixedBlock:
+        """One width policy for the generator's life: an adaptive one carries what it learned (and the
+        costs it timed) into the next batches."""
+        option = self.adaptive_block_size
+        adaptive = drafter.adaptive_block if option == "auto" else option == "on"
+        adaptive = adaptive and self.acceptance.needs_verifier  # the drafter alone drafts every call
+        return AdaptiveBlock(probe=drafter.drafts_after_plain_steps) if adaptive else FixedBlock()
 
     def _check_drafter_alone(self, drafter: Drafter):
         """``--acceptance all``: the drafter's drafts are the output (GAD's "NAR drafter" row)."""
@@ -221,8 +230,20 @@ class DraftVerifyGenerator:
             src_lengths = net_input["src_lengths"]
         else:
             src_lengths = (src_tokens.ne(self.eos) & src_tokens.ne(self.pad)).long().sum(dim=1)
+        if self.choice is None:
+            return self._generate(net_input, src_lengths, max_len, self.drafter, self.policy)
+        name = self.choice.next()  # --drafter auto: this batch's candidate, timed as a whole
+        start = time.perf_counter()
+        finalized = self._generate(net_input, src_lengths, max_len, self.drafter.candidates[name], self.policies[name])
+        self.choice.record(name, time.perf_counter() - start, sum(len(h[0]["tokens"]) for h in finalized))
+        self.stats["drafter"] = f"auto ({self.choice.chosen or 'choosing'})"
+        self.stats["drafter_choice"] = self.choice.summary()
+        return finalized
+
+    def _generate(self, net_input, src_lengths, max_len: int, drafter: Drafter, policy: FixedBlock):
+        src_tokens = net_input["src_tokens"]
         target_length = None
-        if self.drafter.needs_target_length:
+        if drafter.needs_target_length:
             if self.length_oracle:  # PJ/PGJ with a known length: a greedy pre-run, counted and timed
                 calls = self.stats["model_calls"]
                 # no drafter, and a pre-run must not teach the width policy anything
@@ -233,8 +254,7 @@ class DraftVerifyGenerator:
                 target_length = torch.tensor([len(h[0]["tokens"]) for h in greedy], device=src_tokens.device)
             else:
                 target_length = src_tokens.new_full((src_tokens.size(0),), max_len + 1)
-        return self._decode(net_input, src_lengths, max_len, target_length, self.drafter, self.acceptance,
-                            self.policy)
+        return self._decode(net_input, src_lengths, max_len, target_length, drafter, self.acceptance, policy)
 
     # ---- the loop ----
     def _decode(self, net_input, src_lengths, max_len: int, target_length, drafter: Drafter,

@@ -28,6 +28,8 @@ def summary_line(stats) -> str:
         f"{int(stats.get('sentences', 0))} sentences", f"model calls {int(stats['model_calls'])}",
         f"mean accepted {mean:.2f}", f"draft tokens accepted {share}",
     ]
+    if stats.get("drafter_choice"):  # --drafter auto: what was chosen and why
+        parts.append(stats["drafter_choice"])
     if stats.get("length_oracle"):
         parts.append(f"incl. {int(stats.get('oracle_model_calls', 0))} calls of the greedy length oracle")
     return " | ".join(parts)

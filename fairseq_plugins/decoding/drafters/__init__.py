@@ -7,7 +7,7 @@ imports them all, so ``DRAFTERS`` is complete.
 from fairseq_plugins.decoding.drafters.base import (DEFAULT_BLOCK_SIZE, DRAFTERS, BlockDrafter, Draft, DraftContext,
                                                     Drafter, DrafterNotAvailableError, NoDraft, StepResult,
                                                     block_size_of, check_block_size)
-from fairseq_plugins.decoding.drafters import blockwise, input_copy, jacobi, nar  # noqa: F401  (registration)
+from fairseq_plugins.decoding.drafters import auto, blockwise, input_copy, jacobi, nar  # noqa: F401  (registration)
 
 
 def build_drafter(cfg, task, models=()) -> Drafter:

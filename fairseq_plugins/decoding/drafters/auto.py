@@ -1,0 +1,110 @@
+"""``--drafter auto``: try the lossless drafters this model and run support, keep the fastest.
+
+Which drafter pays depends on the data (IAD needs outputs that copy the input), the checkpoint
+(blockwise needs heads, GAD a drafter) and the device (a wide verification call is cheap on a GPU,
+not on a CPU), so it is measured, not guessed.  The candidates (our choice; the papers each
+assume one drafter):
+
+* ``none`` -- plain greedy through the engine, the fallback;
+* ``input_copy`` (IAD) and ``jacobi_hgj`` (needs no target length), always;
+* ``blockwise`` when the checkpoint has proposal heads; ``nar`` when ``--drafter-path`` is given.
+
+While choosing, the generator decodes its batches with the candidates in turn (fairseq-generate's
+batches are sorted by length, so neighbouring batches are alike), ``TRIAL_BATCHES`` each, timing
+each batch as a whole (the decode ends in a host read, so on a GPU the time is the device's too);
+then it keeps the candidate with the least time per produced token, or ``none`` unless another is
+at least ``MARGIN`` faster.  Every candidate is exact, so the output is fairseq's greedy output
+token for token whichever decodes a batch.  ``--acceptance exact`` only: a lossy rule would make the
+output depend on which candidate decoded a sentence.
+"""
+import copy
+import logging
+from typing import Dict, List, Optional
+
+from fairseq_plugins.decoding.drafters.base import DRAFTERS, Drafter, DrafterNotAvailableError
+
+logger = logging.getLogger(__name__)
+
+TRIAL_BATCHES = 3  # batches each candidate decodes before the choice
+MARGIN = 0.03      # a drafter replaces plain greedy only when it is at least this much faster per token
+
+
+class DrafterChoice:
+    """The choosing: which candidate decodes the next batch, what each batch cost, the choice."""
+
+    def __init__(self, names: List[str], trial_batches: int = TRIAL_BATCHES, margin: float = MARGIN):
+        if "none" not in names:
+            raise ValueError("the candidates must include 'none', the fallback")
+        self.names, self.trial_batches, self.margin = list(names), trial_batches, margin
+        self.seconds: Dict[str, float] = {n: 0.0 for n in names}
+        self.tokens: Dict[str, int] = {n: 0 for n in names}
+        self.batches: Dict[str, int] = {n: 0 for n in names}
+        self.chosen: Optional[str] = None
+        self._turn = 0
+
+    def next(self) -> str:
+        """The candidate for the next batch."""
+        if self.chosen is not None:
+            return self.chosen
+        name = self.names[self._turn % len(self.names)]
+        self._turn += 1
+        return name
+
+    def record(self, name: str, seconds: float, tokens: int):
+        if self.chosen is not None:
+            return
+        self.seconds[name] += seconds
+        self.tokens[name] += tokens
+        self.batches[name] += 1
+        if min(self.batches.values()) >= self.trial_batches:
+            self._choose()
+
+    def per_token(self, name: str) -> float:
+        return self.seconds[name] / max(1, self.tokens[name])
+
+    def _choose(self):
+        best = min(self.names, key=self.per_token)
+        plain = self.per_token("none")
+        self.chosen = best if self.per_token(best) <= (1 - self.margin) * plain else "none"
+        logger.info(self.summary())
+
+    def summary(self) -> str:
+        times = ", ".join(f"{n} {1e3 * self.per_token(n):.3f}" for n in self.names)
+        if self.chosen is None:
+            return f"drafter auto: still choosing (ms per token so far: {times})"
+        why = ("the fastest" if self.chosen != "none" else
+               f"no drafter was {100 * self.margin:.0f}% faster than plain greedy")
+        return f"drafter auto: chose {self.chosen}, {why} (ms per token over {self.trial_batches} batches each: {times})"
+
+
+@DRAFTERS.register("auto", help="try the lossless drafters this model supports on the first batches, keep the "
+                                "fastest (or plain greedy)")
+class AutoDrafter(Drafter):
+    """Holds the candidates; the engine asks ``choice`` which one decodes each batch."""
+
+    name = "auto"
+
+    def __init__(self, candidates: Dict[str, Drafter]):
+        self.candidates = candidates
+        self.choice = DrafterChoice(list(candidates))
+
+    @classmethod
+    def from_config(cls, cfg, task, models):
+        if getattr(cfg, "acceptance", "exact") != "exact":
+            raise DrafterNotAvailableError(
+                f"--drafter auto chooses among lossless drafters: use --acceptance exact (got {cfg.acceptance}), "
+                "or name one drafter")
+        names = ["none", "input_copy", "jacobi_hgj"]
+        if models and getattr(models[0], "block_heads", None) is not None:
+            names.append("blockwise")
+        if getattr(cfg, "drafter_path", None):
+            names.append("nar")
+        candidates = {}
+        for name in names:
+            sub = copy.copy(cfg)
+            sub.drafter = name
+            candidates[name] = DRAFTERS[name].from_config(sub, task, models)
+        return cls(candidates)
+
+    def max_draft(self, max_len):
+        return max(d.max_draft(max_len) for d in self.candidates.values())
