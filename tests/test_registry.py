@@ -14,7 +14,8 @@ from fairseq_plugins.tasks.fast_translation import (FastTranslationConfig, FastT
 
 def test_the_task_offers_what_the_modules_registered():
     help_of = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(FastTranslationConfig)}
-    assert set(DRAFTERS.names) == {"none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar"}
+    assert set(DRAFTERS.names) == {"none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar",
+                                   "auto"}
     assert set(ACCEPTANCES.names) == {"exact", "topk", "min_block", "gad_pp", "all"}
     assert all(name in help_of["drafter"] for name in DRAFTERS.names)
     assert all(name in help_of["acceptance"] for name in ACCEPTANCES.names)
