@@ -160,7 +160,8 @@ class DraftVerifyGenerator:
         n_gen = torch.zeros(bsz, dtype=torch.long, device=device)
         rows = list(range(bsz))  # original row of every current row (host side: no sync to index it)
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
-                                   target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad))
+                                   target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad,
+                                   encoder_out=verifier.encoder_out))
         # a decode without a drafter (a length-oracle pre-run) must not teach the width policy anything
         policy = self.policy if not isinstance(drafter, NoDraft) else FixedBlock()
         policy.begin(bsz, kmax)

@@ -52,6 +52,7 @@ class DraftContext:
     bos: int
     eos: int
     pad: int
+    encoder_out: Optional[dict] = None  # the verifier's encoder output (a drafter reading it: the shallow GAD drafter)
 
 
 @dataclass

@@ -120,6 +120,8 @@ class NARDrafter(Drafter):
     @classmethod
     def from_config(cls, cfg, task, models):
         model, trained = load_drafter(cfg.drafter_path, task)
+        if getattr(model, "reads_verifier_encoder", False):  # a shallow drafter: the cheap one, same flags
+            from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter as cls
         tgt = task.target_dictionary
         block = trained if cfg.block_size is None else cfg.block_size  # unset --block-size: the drafter's own k
         return cls(model, block, trained, len(tgt), tgt.pad(), verifier=models[0] if models else None)
@@ -156,7 +158,11 @@ class NARDrafter(Drafter):
         inp, slots = block_input(out, n_gen, self.k, self.pad, self.mask, with_slots=True)
         if inp.size(1) > self.max_positions:  # past the drafter's positions: no draft (plain greedy steps)
             return n_gen.new_full((n_gen.size(0), self.block), self.pad)
-        logits = self.block_logits(inp, slots)[:, :, : self.vocab]
+        return self.choose(self.block_logits(inp, slots), n_gen)
+
+    def choose(self, logits: Tensor, n_gen: Tensor) -> Tensor:
+        """The draft ``(B, K)`` from the drafter's logits of its first ``K`` mask slots."""
+        logits = logits[:, :, : self.vocab]
         logits[:, :, self.pad] = -torch.inf
         if self.min_len > 0:  # fairseq's min_len: no EOS at steps < min_len (step of slot i = n_gen + i)
             steps = n_gen.unsqueeze(1) + torch.arange(self.block, device=n_gen.device)

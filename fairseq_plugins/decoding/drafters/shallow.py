@@ -1,0 +1,88 @@
+"""The cheap GAD drafter in the engine (``models.shallow_drafter``; docs/METHODS.md §2-3):
+``--drafter nar --drafter-path SHALLOW.pt`` picks it from the checkpoint.
+
+Per batch: the drafter's encoder-attention keys/values are projected from the *verifier's* encoder
+output (the engine's, ``DraftContext.encoder_out``: the encoder runs once per batch for both),
+and a self-attention cache is opened.  Per iteration, one call of the lean decoder step over, per
+row, ``[tokens accepted since the last call, MASK x k]``:
+
+* the accepted tokens attend causally to the row's cache and are appended to it (accepted tokens
+  are final, so the cache only grows: nothing is cut back, nothing recomputed);
+* the k mask slots attend to the cache, the new tokens and each other; their keys/values are
+  written past the row's length and overwritten by the next call (never cached);
+* only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary.
+
+Rows are laid out ``[new tokens, MASK x k, PAD ...]`` (each row's slots contiguous after its cached
+length, so the cache's per-row writes keep them in order); the PAD columns are never attended to.
+This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_shallow_drafter.py).
+"""
+import torch
+from torch import Tensor
+
+from fairseq_plugins.decoding.drafters.nar import NARDrafter, NARDrafterError
+from fairseq_plugins.models.shallow_drafter import fingerprint_matches
+
+
+class ShallowDrafter(NARDrafter):
+    def __init__(self, model, block_size: int, trained_block: int, vocab_size: int, pad: int, verifier=None):
+        if verifier is None or not fingerprint_matches(model.verifier_fingerprint, verifier.encoder):
+            raise NARDrafterError(
+                "--drafter-path is a shallow drafter trained against another verifier (the fingerprint of the "
+                "verifier's encoder weights it read at training differs from --path's): decode with the verifier "
+                "it was trained with (its --verifier-path), or train one against this verifier with fairseq-train "
+                "--task nar_drafter --arch shallow_drafter_tiny --verifier-path VERIFIER.pt")
+        super().__init__(model, block_size, trained_block, vocab_size, pad, verifier=verifier)
+        self.cache = None
+        self.cached = []  # host: tokens of each row in the cache (BOS counts)
+
+    def begin(self, ctx):
+        super(NARDrafter, self).begin(ctx)
+        self._follow_verifier(ctx.src_tokens)
+        encoder_out = getattr(ctx, "encoder_out", None)
+        if encoder_out is None:  # the drafter alone (--acceptance all): no verifier call computed it
+            net_input = {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths}
+            encoder_out = self.verifier.encoder.forward_torchscript(net_input)
+        self.cache = self.step.begin(encoder_out, capacity=ctx.max_len + 2 + self.k)
+        self.cached = [0] * ctx.src_tokens.size(0)
+
+    def block_input(self, out: Tensor, n_gen: Tensor, fresh: list):
+        """``(tokens, slots, reach, first)`` of one call: per row its ``fresh`` uncached tokens of
+        ``out`` (BOS at column 0), then k masks, then PAD; each column's logical slot; how many of
+        the call's columns each column attends to (causal for the new tokens, all new tokens and
+        masks for the masks); the column of each row's first mask."""
+        k, device = self.k, out.device
+        first = torch.tensor(fresh, device=device)
+        base = self.cache.lengths
+        cols = torch.arange(max(fresh) + k, device=device).unsqueeze(0)
+        src = (base.unsqueeze(1) + cols).clamp(max=out.size(1) - 1)
+        new = cols < first.unsqueeze(1)
+        tokens = torch.where(new, out.gather(1, src), torch.where(cols < first.unsqueeze(1) + k, self.mask, self.pad))
+        slots = (base.unsqueeze(1) + cols).clamp(max=self.max_positions - 1)  # PAD columns: any slot, unused
+        reach = torch.where(new, cols + 1, first.unsqueeze(1) + k)
+        return tokens, slots, reach, first
+
+    def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
+        n_host = n_gen.tolist()  # the one host read of the drafter per iteration (a no-op on a CPU)
+        if max(n_host) + 1 + self.k > self.max_positions:  # past the drafter's positions: no draft
+            return n_gen.new_full((n_gen.size(0), self.block), self.pad)
+        return self.choose(self.block_logits(out, n_gen, n_host), n_gen)
+
+    def block_logits(self, out: Tensor, n_gen: Tensor, n_host: list) -> Tensor:
+        """Logits ``(B, K, V + 1)`` of the first ``K`` mask slots after each row's prefix
+        ``out[b, :n_gen[b] + 1]``; the tokens not yet cached are appended to the cache."""
+        fresh = [n + 1 - c for n, c in zip(n_host, self.cached)]
+        tokens, slots, reach, first = self.block_input(out, n_gen, fresh)
+        cache = self.cache
+        cols = torch.arange(cache.max_length + tokens.size(1), device=out.device).view(1, 1, 1, -1)
+        attn_mask = cols < (cache.lengths.view(-1, 1, 1, 1) + reach.unsqueeze(1).unsqueeze(3))
+        _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None)
+        at = first.unsqueeze(1) + torch.arange(self.block, device=out.device)  # the draft's mask slots
+        hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+        self.cached = [n + 1 for n in n_host]
+        cache.commit(first, max(self.cached), min(self.cached) == max(self.cached))  # the new tokens only
+        return self.step.output_layer(hidden)
+
+    def select_rows(self, rows):
+        kept = rows.tolist()
+        self.cached = [self.cached[i] for i in kept]
+        self.cache.select_rows(rows, aligned=min(self.cached) == max(self.cached), max_length=max(self.cached))
