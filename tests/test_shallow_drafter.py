@@ -15,14 +15,15 @@ from conftest import PLUGIN_DIR, REPO, _cached, fairseq_cli, run
 from engine_helpers import decode_all, distill_test_set, engine, load, mismatches, mixed_batches, reference_greedy
 
 BLOCK = 4
+DRAFT_VOCAB = 700  # of 1096 ids: the drafter proposes only the 700 most frequent tokens
 PAD, BOS = 1, 2
 SHALLOW_ARGS = [
     "--task", "nar_drafter", "--arch", "shallow_drafter_tiny", "--criterion", "nar_drafter_loss",
-    "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "128", "--dropout", "0.0", "--optimizer", "adam",
+    "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "128", "--decoder-layers", "2", "--dropout", "0.0", "--optimizer", "adam",
     "--adam-betas", "(0.9,0.98)", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "30",
     "--label-smoothing", "0.1", "--num-workers", "0", "--seed", "1", "--cpu", "--no-epoch-checkpoints",
     "--disable-validation", "--no-save-optimizer-state", "--save-interval", "1000", "--log-format", "simple",
-    "--log-interval", "50", "--block-size", str(BLOCK), "--max-tokens", "4096", "--max-update", "100",
+    "--log-interval", "50", "--block-size", str(BLOCK), "--draft-vocab", str(DRAFT_VOCAB), "--max-tokens", "4096", "--max-update", "100",
 ]
 
 
@@ -64,7 +65,7 @@ def test_checkpoint_holds_no_encoder_and_the_verifiers_fingerprint(setup, shallo
     models, _, _, _ = setup
     state = torch.load(shallow_drafter, map_location="cpu", weights_only=False)["model"]
     assert not [k for k in state if k.startswith("encoder.")]
-    assert sum(1 for k in state if k.startswith("decoder.layers.") and k.endswith("fc1.weight")) == 2
+    assert sum(1 for k in state if k.startswith("decoder.layers.") and k.endswith("fc1.weight")) == 2  # --decoder-layers 2
     assert torch.equal(state["verifier_fingerprint"], encoder_fingerprint(models[0].encoder))
 
 
@@ -95,11 +96,11 @@ def test_decoding_pass_with_its_cache_gives_the_training_forward(setup, shallow_
             n_gen = torch.tensor(n_gen)
             o = out[rows]
             src = {k: v[rows] for k, v in net.items()}
-            lean = d.block_logits(o, n_gen, n_gen.tolist())
+            lean = d.block_logits(o, n_gen.tolist())
             inp = block_input(o, n_gen, d.k, PAD, d.mask)
             plain = d.model.decoder(inp, encoder_out=verifier_encoder(src["src_tokens"], src["src_lengths"]),
                                     block=d.k)[0]
-            assert lean.shape == (len(rows), BLOCK, d.vocab + 1)
+            assert lean.shape == (len(rows), BLOCK, DRAFT_VOCAB)
             assert torch.allclose(plain[:, :BLOCK], lean, atol=1e-5), (plain[:, :BLOCK] - lean).abs().max()
     assert d.cached == [15]  # BOS + 14 tokens cached: each token was computed once
 

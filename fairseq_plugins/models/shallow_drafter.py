@@ -7,7 +7,8 @@ drafter is a full encoder-decoder of the verifier's size): ``--arch shallow_draf
   batch.  The checkpoint stores a fingerprint of that encoder's weights, so decoding can refuse a
   drafter trained against another verifier (:func:`encoder_fingerprint`).
 * 1-2 decoder layers of the verifier's width; token embeddings and output projection initialised
-  from the verifier's (the [MASK] row fresh).
+  from the verifier's (the [MASK] row fresh); optionally (``--draft-vocab N``) an output projection
+  onto the N most frequent ids only, as the vocabulary projection dominates its cost on a CPU.
 * The decoder input is GAD's ``[BOS, y_1..y_p, MASK x k]`` (``data.nar_drafter_batch``), but the
   prefix attends *causally* to itself (it never sees the masks), and the k mask slots attend to the
   prefix and to each other (bidirectionally): the prefix's keys/values do not depend on what
@@ -19,6 +20,7 @@ from argparse import Namespace
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, base_architecture
@@ -30,7 +32,7 @@ class ShallowDrafterError(ValueError):
 
 @dataclass
 class ShallowDrafterConfig(FairseqDataclass):
-    decoder_layers: int = field(default=2, metadata={"help": "decoder layers (1-2: the drafter must be cheap)"})
+    decoder_layers: int = field(default=1, metadata={"help": "decoder layers (1-2: the drafter must be cheap)"})
     decoder_embed_dim: int = field(default=128, metadata={"help": "width: must be the verifier's"})
     decoder_ffn_embed_dim: int = field(default=512, metadata={"help": "feed-forward width"})
     decoder_attention_heads: int = field(default=4, metadata={"help": "attention heads"})
@@ -39,6 +41,10 @@ class ShallowDrafterConfig(FairseqDataclass):
     share_decoder_input_output_embed: bool = field(
         default=True, metadata={"help": "tie the drafter's token embeddings and output projection"})
     max_target_positions: int = field(default=1024, metadata={"help": "decoder positions"})
+    draft_vocab: int = field(
+        default=0, metadata={"help": "project onto the first N dictionary ids only (0: all): fairseq dictionaries list "
+                             "symbols by frequency, so these are the N most frequent tokens; a rarer token is never "
+                             "drafted (it costs a rejection, never a wrong output)"})
 
 
 class VerifierEncoder(FairseqEncoder):
@@ -115,6 +121,11 @@ class ShallowDrafterDecoder(TransformerDecoder):
             x = self.output_layer(x)
         return x, {"attn": [None], "inner_states": None}
 
+    def output_layer(self, features):
+        """Logits over the draft vocabulary: the first ``draft_vocab`` ids (all when 0)."""
+        n = getattr(self, "draft_vocab", 0)
+        return F.linear(features, self.output_projection.weight[:n]) if n else self.output_projection(features)
+
     def features(self, tokens, encoder_out, k):
         enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
         enc_pad = (encoder_out["encoder_padding_mask"][0]
@@ -175,7 +186,12 @@ class ShallowDrafterModel(FairseqEncoderDecoderModel):
         embed = torch.nn.Embedding(len(tgt), args.decoder_embed_dim, tgt.pad())
         torch.nn.init.normal_(embed.weight, mean=0, std=args.decoder_embed_dim ** -0.5)
         torch.nn.init.constant_(embed.weight[tgt.pad()], 0)
-        return cls(cfg, VerifierEncoder(task.source_dictionary), ShallowDrafterDecoder(args, tgt, embed))
+        decoder = ShallowDrafterDecoder(args, tgt, embed)
+        if not 0 <= args.draft_vocab <= len(tgt) or 0 < args.draft_vocab <= tgt.nspecial:
+            raise ShallowDrafterError(f"--draft-vocab must be 0 (all) or in {tgt.nspecial + 1}..{len(tgt)}, the "
+                                      f"dictionary's size with [MASK]; got {args.draft_vocab}")
+        decoder.draft_vocab = args.draft_vocab  # our choice: the vocabulary projection dominates a drafter's cost
+        return cls(cfg, VerifierEncoder(task.source_dictionary), decoder)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, block=None, features_only=False, **unused):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
@@ -212,8 +228,9 @@ class ShallowDrafterModel(FairseqEncoderDecoderModel):
 
 @register_model_architecture("shallow_drafter", "shallow_drafter_tiny")
 def shallow_drafter_tiny(args):
-    """For the CPU demo's verifier (transformer_fast_tiny, d=128): 2 layers, 4 heads, ffn 512."""
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    """For the CPU demo's verifier (transformer_fast_tiny, d=128): 1 layer, 4 heads, ffn 512
+    (one layer: at batch 1 on a CPU a layer costs about a fifth of a plain engine step)."""
+    args.decoder_layers = getattr(args, "decoder_layers", 1)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
     args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 512)
     args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)

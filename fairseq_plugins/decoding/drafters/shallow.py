@@ -16,6 +16,8 @@ Rows are laid out ``[new tokens, MASK x k, PAD ...]`` (each row's slots contiguo
 length, so the cache's per-row writes keep them in order); the PAD columns are never attended to.
 This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_shallow_drafter.py).
 """
+import math
+
 import torch
 from torch import Tensor
 
@@ -34,6 +36,8 @@ class ShallowDrafter(NARDrafter):
         super().__init__(model, block_size, trained_block, vocab_size, pad, verifier=verifier)
         self.cache = None
         self.cached = []  # host: tokens of each row in the cache (BOS counts)
+        self._arange, self._masks, self._dtype = None, {}, None
+        self._projection, self._projection_key = None, None
 
     def begin(self, ctx):
         super(NARDrafter, self).begin(ctx)
@@ -44,43 +48,74 @@ class ShallowDrafter(NARDrafter):
             encoder_out = self.verifier.encoder.forward_torchscript(net_input)
         self.cache = self.step.begin(encoder_out, capacity=ctx.max_len + 2 + self.k)
         self.cached = [0] * ctx.src_tokens.size(0)
+        device = ctx.src_tokens.device
+        w = self.model.decoder.output_projection.weight
+        if (self._arange is None or self._arange.device != device or self._arange.numel() < ctx.width + self.k + 1
+                or self._dtype != w.dtype):
+            self._arange, self._masks, self._dtype = torch.arange(ctx.width + self.k + 1, device=device), {}, w.dtype
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if key != self._projection_key:  # W^T of the draft vocabulary, contiguous (see step.VocabProjection)
+            n = self.model.decoder.draft_vocab or w.size(0)
+            self._projection, self._projection_key = w[:n].detach().t().contiguous(), key
 
-    def block_input(self, out: Tensor, n_gen: Tensor, fresh: list):
-        """``(tokens, slots, reach, first)`` of one call: per row its ``fresh`` uncached tokens of
-        ``out`` (BOS at column 0), then k masks, then PAD; each column's logical slot; how many of
-        the call's columns each column attends to (causal for the new tokens, all new tokens and
-        masks for the masks); the column of each row's first mask."""
-        k, device = self.k, out.device
+    def block_input(self, out: Tensor, fresh: list):
+        """``(tokens, slots, attn_mask, first)`` of one call: per row its ``fresh`` uncached tokens of
+        ``out`` (BOS at column 0), then k masks, then PAD; each column's logical slot; the mask over
+        the cache and the call's columns (the new tokens causal, the masks seeing every new token and
+        mask); the column of each row's first mask."""
+        k, device, cache = self.k, out.device, self.cache
+        if cache.aligned and min(fresh) == max(fresh):  # every row alike (always at batch 1): slices, a kept mask
+            c, f = cache.max_length, fresh[0]
+            tokens = torch.cat([out[:, c : c + f], out.new_full((out.size(0), k), self.mask)], dim=1)
+            return tokens, self._arange[c : c + f + k], self._mask(c, f), f
         first = torch.tensor(fresh, device=device)
-        base = self.cache.lengths
+        base = cache.lengths
         cols = torch.arange(max(fresh) + k, device=device).unsqueeze(0)
         src = (base.unsqueeze(1) + cols).clamp(max=out.size(1) - 1)
         new = cols < first.unsqueeze(1)
         tokens = torch.where(new, out.gather(1, src), torch.where(cols < first.unsqueeze(1) + k, self.mask, self.pad))
         slots = (base.unsqueeze(1) + cols).clamp(max=self.max_positions - 1)  # PAD columns: any slot, unused
-        reach = torch.where(new, cols + 1, first.unsqueeze(1) + k)
-        return tokens, slots, reach, first
+        reach = torch.where(new, cols + 1, first.unsqueeze(1) + k)  # how many of the call's columns each sees
+        keys = torch.arange(cache.max_length + cols.size(1), device=device).view(1, 1, 1, -1)
+        return tokens, slots, keys < (base.view(-1, 1, 1, 1) + reach.unsqueeze(1).unsqueeze(3)), first.unsqueeze(1)
+
+    def _mask(self, cached: int, fresh: int) -> Tensor:
+        """``(fresh + k, cached + fresh + k)``: new tokens causal, masks see all (rows alike)."""
+        key = (cached, fresh)
+        mask = self._masks.get(key)
+        if mask is None:
+            if len(self._masks) > 4096:
+                self._masks.clear()
+            m = fresh + self.k
+            reach = self._arange[1 : m + 1].clone()  # column i of the call sees i + 1 of its columns ...
+            reach[fresh:] = m  # ... a mask slot all of them
+            allowed = self._arange[: cached + m].unsqueeze(0) < (cached + reach).unsqueeze(1)
+            # additive, as the lean step's own masks: SDPA would convert a boolean one in every layer
+            mask = torch.zeros(allowed.shape, dtype=self._dtype, device=allowed.device).masked_fill_(~allowed, -math.inf)
+            self._masks[key] = mask
+        return mask
 
     def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
         n_host = n_gen.tolist()  # the one host read of the drafter per iteration (a no-op on a CPU)
         if max(n_host) + 1 + self.k > self.max_positions:  # past the drafter's positions: no draft
             return n_gen.new_full((n_gen.size(0), self.block), self.pad)
-        return self.choose(self.block_logits(out, n_gen, n_host), n_gen)
+        return self.choose(self.block_logits(out, n_host), n_gen)
 
-    def block_logits(self, out: Tensor, n_gen: Tensor, n_host: list) -> Tensor:
-        """Logits ``(B, K, V + 1)`` of the first ``K`` mask slots after each row's prefix
-        ``out[b, :n_gen[b] + 1]``; the tokens not yet cached are appended to the cache."""
+    def block_logits(self, out: Tensor, n_host: list) -> Tensor:
+        """Logits ``(B, K, N)`` (N: the drafter's output vocabulary) of the first ``K`` mask slots after
+        each row's prefix ``out[b, :n_host[b] + 1]``; the tokens not yet cached are appended to the cache."""
         fresh = [n + 1 - c for n, c in zip(n_host, self.cached)]
-        tokens, slots, reach, first = self.block_input(out, n_gen, fresh)
-        cache = self.cache
-        cols = torch.arange(cache.max_length + tokens.size(1), device=out.device).view(1, 1, 1, -1)
-        attn_mask = cols < (cache.lengths.view(-1, 1, 1, 1) + reach.unsqueeze(1).unsqueeze(3))
-        _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None)
-        at = first.unsqueeze(1) + torch.arange(self.block, device=out.device)  # the draft's mask slots
-        hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+        tokens, slots, attn_mask, first = self.block_input(out, fresh)
+        _, hidden = self.step(self.cache, tokens, slots, attn_mask=attn_mask, project=None)
+        if isinstance(first, int):
+            hidden = hidden[:, first : first + self.block]
+        else:  # the draft's mask slots, per row
+            at = first + self._arange[: self.block]
+            hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
         self.cached = [n + 1 for n in n_host]
-        cache.commit(first, max(self.cached), min(self.cached) == max(self.cached))  # the new tokens only
-        return self.step.output_layer(hidden)
+        fresh_t = torch.tensor(fresh, device=out.device) if isinstance(first, int) else first.squeeze(1)
+        self.cache.commit(fresh_t, max(self.cached), min(self.cached) == max(self.cached))  # the new tokens only
+        return hidden @ self._projection
 
     def select_rows(self, rows):
         kept = rows.tolist()
