@@ -83,7 +83,7 @@ def time_drafter(drafter, verifier, sample, d, iterations, fresh, max_len):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--block", type=int, nargs="+", default=[4, 10], help="k (= K, the draft width)")
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--layers", type=int, default=1)
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--width", type=int, default=None, help="K: mask slots projected (default: all k)")
     p.add_argument("--ffn", type=int, default=512, help="the drafter's feed-forward width")

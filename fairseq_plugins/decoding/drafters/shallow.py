@@ -113,8 +113,10 @@ class ShallowDrafter(NARDrafter):
             at = first + self._arange[: self.block]
             hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
         self.cached = [n + 1 for n in n_host]
-        fresh_t = torch.tensor(fresh, device=out.device) if isinstance(first, int) else first.squeeze(1)
-        self.cache.commit(fresh_t, max(self.cached), min(self.cached) == max(self.cached))  # the new tokens only
+        if isinstance(first, int):  # the new tokens only stay in the cache (the masks' entries are overwritten)
+            self.cache.advance(first)
+        else:
+            self.cache.commit(first.squeeze(1), max(self.cached), min(self.cached) == max(self.cached))
         return hidden @ self._projection
 
     def select_rows(self, rows):
