@@ -31,7 +31,7 @@ def step(drafter, out, n_gen, draft, top, accepted):
 def test_no_draft_is_empty():
     d = NoDraft()
     d.begin(ctx([[5, 6, EOS]]))
-    assert d.propose(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, dtype=torch.long)).shape == (1, 0)
+    assert d.propose(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, dtype=torch.long)).tokens.shape == (1, 0)
 
 
 def test_jacobi_pgj_starts_with_pad_and_reuses_the_previous_output():
@@ -40,17 +40,17 @@ def test_jacobi_pgj_starts_with_pad_and_reuses_the_previous_output():
     out = torch.full((1, 40), PAD)
     out[0, 0] = BOS
     n = torch.zeros(1, dtype=torch.long)
-    draft = d.propose(out, n)
+    draft = d.propose(out, n).tokens
     assert draft.tolist() == [[PAD, PAD, PAD]]  # INITT: all PAD
     # the verifier predicted 10, 11, 12, 13; nothing of the (PAD) draft accepted -> keeps 10
     n = step(d, out, n, draft, torch.tensor([[10, 11, 12, 13]]), torch.tensor([0]))
     assert n.tolist() == [1]
     # next draft: the rest of block [0, 3) is positions 1, 2 -> previous iterate 11, 12
-    assert d.propose(out, n).tolist() == [[11, 12, PAD]]
+    assert d.propose(out, n).tokens.tolist() == [[11, 12, PAD]]
     n = step(d, out, n, torch.tensor([[11, 12, PAD]]), torch.tensor([[11, 12, 14, 15]]), torch.tensor([2]))
     assert n.tolist() == [4] and out[0, 1:5].tolist() == [10, 11, 12, 14]
     # block [3, 6): position 3 done, draft positions 4, 5 from the last iterate (15 predicted for 4)
-    assert d.propose(out, n).tolist() == [[15, PAD, PAD]]
+    assert d.propose(out, n).tokens.tolist() == [[15, PAD, PAD]]
 
 
 def test_jacobi_pj_drafts_the_whole_target_and_hgj_needs_no_length():
@@ -59,21 +59,21 @@ def test_jacobi_pj_drafts_the_whole_target_and_hgj_needs_no_length():
     out = torch.full((2, 40), PAD)
     out[:, 0] = BOS
     n = torch.zeros(2, dtype=torch.long)
-    first = pj.propose(out, n)
+    first = pj.propose(out, n).tokens
     assert first.shape == (2, 20) and (first == PAD).all()  # INITT; the engine trims the call to the widest row
     top = torch.stack([torch.arange(100, 121), torch.arange(200, 221)])
     n = step(pj, out, n, first, top, torch.tensor([0, 0]))
     # the whole rest of each target (length incl. EOS 6 and 4) is drafted from the last iterate
     from fairseq_plugins.decoding.block_size import draft_lengths
 
-    draft = pj.propose(out, n)
+    draft = pj.propose(out, n).tokens
     assert draft_lengths(draft, PAD).tolist() == [4, 2]
     assert draft[0, :4].tolist() == [101, 102, 103, 104] and draft[1, :2].tolist() == [201, 202]
     with pytest.raises(ValueError, match="target length"):
         JacobiDrafter("pgj", 3).begin(ctx([[5, EOS]]))
     hgj = JacobiDrafter("hgj", block_size=4)
     hgj.begin(ctx([[5, EOS]], max_len=2))  # h = max_len + 1 = 3 positions: at most 2 drafted
-    assert (hgj.propose(out[:1], torch.zeros(1, dtype=torch.long)) == PAD).sum().item() == 4
+    assert (hgj.propose(out[:1], torch.zeros(1, dtype=torch.long)).tokens == PAD).sum().item() == 4
     assert hgj.max_draft(50) == 4 and pj.max_draft(50) == 50
 
 
@@ -82,7 +82,7 @@ def test_jacobi_records_the_iterates_for_ddgviz():
     d.begin(ctx([[5, EOS]], target_length=torch.tensor([4])))
     out = torch.full((1, 40), PAD)
     out[0, 0] = BOS
-    draft = d.propose(out, torch.zeros(1, dtype=torch.long))
+    draft = d.propose(out, torch.zeros(1, dtype=torch.long)).tokens
     step(d, out, torch.zeros(1, dtype=torch.long), draft, torch.tensor([[7, 8, 9, EOS]]), torch.tensor([0]))
     assert len(d.history) == 1 and d.history[0]["guess"][0, 1:5].tolist() == [7, 8, 9, EOS]
 
@@ -94,14 +94,14 @@ def test_input_copy_copies_from_bos_then_reanchors_on_a_unique_ngram():
     out = torch.full((1, 40), PAD)
     out[0, 0] = BOS
     n = torch.zeros(1, dtype=torch.long)
-    draft = d.propose(out, n)
+    draft = d.propose(out, n).tokens
     assert draft.tolist() == [[10, 11, 12, 13]]  # anchored at x_0 = BOS
     # verifier agrees with 10, 11 then says 20 (bifurcation): output 10 11 20, no source match -> AR
     n = step(d, out, n, draft, torch.tensor([[10, 11, 20, 0, 0]]), torch.tensor([2]))
-    assert d.propose(out, n).tolist() == [[PAD] * 4]
+    assert d.propose(out, n).tokens.tolist() == [[PAD] * 4]
     # one token per call: 12 -> its 1-gram "12" is unique in x: copy 13 14 EOS + PAD sentinel
     n = step(d, out, n, torch.full((1, 4), PAD), torch.tensor([[12, 0, 0, 0, 0]]), torch.tensor([0]))
-    assert d.propose(out, n).tolist() == [[13, 14, EOS, PAD]]
+    assert d.propose(out, n).tokens.tolist() == [[13, 14, EOS, PAD]]
 
 
 def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_matches():
@@ -110,11 +110,11 @@ def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_mat
     out = torch.full((1, 40), PAD)
     out[0, 0] = BOS
     n = torch.zeros(1, dtype=torch.long)
-    draft = d.propose(out, n)
+    draft = d.propose(out, n).tokens
     assert draft.tolist() == [[10, 11]]
     # all accepted, verifier's own token is 10 = the next source token: the anchor moves on
     n = step(d, out, n, draft, torch.tensor([[10, 11, 10]]), torch.tensor([2]))
-    assert d.propose(out, n).tolist() == [[12, 13]]
+    assert d.propose(out, n).tokens.tolist() == [[12, 13]]
     # a fresh row whose output ends with "10": ambiguous 1-gram, no copy; "11 10" 2-gram is unique
     e = InputCopyDrafter(block_size=2, ngram=1)
     e.begin(ctx([[10, 11, 10, 12, 13, EOS]]))

@@ -77,11 +77,13 @@ def test_a_drafter_without_drafts_stops_being_asked(setup):
     must tell the width policy, or the width stays open and the drafter is asked every iteration."""
     models, task, batches, refs = setup
     gen = engine(models, task, "input_copy", block_size=3)
+    from fairseq_plugins.decoding.drafters import Draft
+
     asks = []
 
-    def propose(out, n_gen):  # never a draft: PAD in every slot (no slot worth scoring)
+    def propose(out, n_gen, longest=None):  # never a draft: PAD in every slot (no slot worth scoring)
         asks.append(1)
-        return out.new_full((out.size(0), 3), task.target_dictionary.pad())
+        return Draft.of(out.new_full((out.size(0), 3), task.target_dictionary.pad()), task.target_dictionary.pad())
 
     gen.drafter.propose = propose
     hyps = decode_all(gen, models, batches[1])
@@ -254,7 +256,7 @@ def test_eos_first_and_min_len_as_fairseq(setup, min_len):
 def test_drafts_running_past_eos_are_cut_at_eos(setup):
     """A drafter plugged in without touching the engine: it proposes the greedy output followed by
     junk after EOS; everything up to EOS is accepted in one call and nothing after it survives."""
-    from fairseq_plugins.decoding.drafters import Drafter
+    from fairseq_plugins.decoding.drafters import Draft, Drafter
 
     models, task, batches, refs = setup
     pad = task.target_dictionary.pad()
@@ -272,13 +274,13 @@ def test_drafts_running_past_eos_are_cut_at_eos(setup):
         def max_draft(self, max_len):
             return max_len + 5
 
-        def propose(self, out, n_gen):
+        def propose(self, out, n_gen, longest=None):
             k = max(len(a) for a in self.rows) + 5
             draft = torch.full((len(self.rows), k), pad, dtype=torch.long)
             for r, a in enumerate(self.rows):
                 tail = torch.cat([a, torch.tensor([17, 23, 5, 9, 11])])  # junk past EOS
                 draft[r, : len(tail) - int(n_gen[r])] = tail[int(n_gen[r]):]
-            return draft
+            return Draft.of(draft, pad)
 
         def select_rows(self, rows):
             self.rows = [self.rows[i] for i in rows.tolist()]

@@ -333,7 +333,7 @@ def test_lean_drafting_pass_gives_the_training_forward(setup, oracle_drafter):
             lean = d.block_logits(inp, slots)
             assert lean.shape == (len(n_gen), BLOCK, d.vocab + 1)
             assert torch.allclose(plain[:, :BLOCK], lean, atol=1e-5)
-            assert d.propose(o, n_gen).tolist() == plain[:, :BLOCK, : d.vocab].argmax(-1).tolist()
+            assert d.propose(o, n_gen).tokens.tolist() == plain[:, :BLOCK, : d.vocab].argmax(-1).tolist()
 
 
 @pytest.mark.parametrize("decoder", [False, True])

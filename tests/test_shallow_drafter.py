@@ -96,13 +96,13 @@ def test_decoding_pass_with_its_cache_gives_the_training_forward(setup, shallow_
             n_gen = torch.tensor(n_gen)
             o = out[rows]
             src = {k: v[rows] for k, v in net.items()}
-            lean = d.block_logits(o, n_gen.tolist())
+            lean = d.block_logits(o, n_gen, int(n_gen.max()))
             inp = block_input(o, n_gen, d.k, PAD, d.mask)
             plain = d.model.decoder(inp, encoder_out=verifier_encoder(src["src_tokens"], src["src_lengths"]),
                                     block=d.k)[0]
             assert lean.shape == (len(rows), BLOCK, DRAFT_VOCAB)
             assert torch.allclose(plain[:, :BLOCK], lean, atol=1e-5), (plain[:, :BLOCK] - lean).abs().max()
-    assert d.cached == [15]  # BOS + 14 tokens cached: each token was computed once
+    assert d.cache.lengths.tolist() == [15]  # BOS + 14 tokens cached: each token was computed once
 
 
 @pytest.mark.parametrize("bs", [1, 8])

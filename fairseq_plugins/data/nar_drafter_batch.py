@@ -14,17 +14,27 @@ trained on:
   (``utils.make_positions``), so BOS is position 0 in every row, as in the verifier.
 * Targets ``(B, k)``: ``y_{p+1} .. y_{p+k}``; slots past the target's EOS are PAD (not scored).
 """
+from typing import Optional
+
 import torch
 from torch import Tensor
 
+#: key of the drafter's record (block size, dictionaries, languages) in a checkpoint's task_state
+STATE_KEY = "nar_drafter"
 
-def block_input(tokens: Tensor, n_prefix: Tensor, k: int, pad: int, mask: int, with_slots: bool = False):
+
+def block_input(tokens: Tensor, n_prefix: Tensor, k: int, pad: int, mask: int, longest: Optional[int] = None,
+                with_slots: bool = False):
     """``tokens`` ``(B, W)``: column 0 is BOS, columns ``1..n_prefix[b]`` the prefix of row ``b``
     (the engine's output buffer has this layout).  Returns ``(B, max(n_prefix) + 1 + k)``, and with
     ``with_slots`` also every column's logical slot (BOS = 0; left padding gets 0 too: its keys are
-    masked), i.e. the position fairseq's ``make_positions`` gives it counted from the first non-pad token."""
+    masked), i.e. the position fairseq's ``make_positions`` gives it counted from the first non-pad token.
+    ``longest``: ``max(n_prefix)`` when the caller knows it on the host (the engine does); else it
+    is read from the device (one synchronisation)."""
     bsz = tokens.size(0)
-    width = int(n_prefix.max()) + 1 if bsz else 1  # one host read: the batch's widest prefix
+    if longest is None:
+        longest = int(n_prefix.max()) if bsz else 0
+    width = longest + 1
     cols = torch.arange(width + k, device=tokens.device).unsqueeze(0)
     src = cols - (width - 1 - n_prefix).unsqueeze(1)  # slot of each column (< 0: left padding)
     prefix = tokens.gather(1, src[:, :width].clamp(min=0)).masked_fill(src[:, :width] < 0, pad)

@@ -12,9 +12,16 @@ and returns ``n`` ``(B,)``: the length of the accepted draft prefix.  The engine
 verifier's own token ``top[:, n]`` at the bifurcation.  A draft token with ``-inf`` log-prob (PAD,
 EOS before the minimum length, anything but EOS at the maximum length) is never accepted, by any
 rule, so the relaxed rules still respect fairseq's length constraints.
+
+Each rule registers its ``--acceptance`` name and help (``ACCEPTANCES``, read by the task).
 """
 import torch
 from torch import Tensor
+
+from fairseq_plugins.registry import Registry
+
+#: ``--acceptance`` names -> rule classes (``from_config(cfg)``), filled by ``@ACCEPTANCES.register``
+ACCEPTANCES = Registry("--acceptance")
 
 
 def prefix_length(ok: Tensor) -> Tensor:
@@ -30,22 +37,28 @@ def draft_log_probs(draft: Tensor, lprobs: Tensor) -> Tensor:
 
 class AcceptanceRule:
     name = "base"
-    lossless = False
+    # False: the drafts are the output and nothing verifies them (the engine never calls the verifier)
+    needs_verifier = True
+
+    @classmethod
+    def from_config(cls, cfg) -> "AcceptanceRule":
+        return cls()
 
     def __call__(self, draft: Tensor, lprobs: Tensor, top: Tensor) -> Tensor:
         raise NotImplementedError
 
 
+@ACCEPTANCES.register("exact", help="top-1 match, lossless (output = fairseq's greedy)")
 class Exact(AcceptanceRule):
     """Top-1 match (Stern et al. 2018 §3 "verify"; GAD Eq. 7): output identical to greedy."""
 
     name = "exact"
-    lossless = True
 
     def __call__(self, draft, lprobs, top):
         return prefix_length(draft == top[:, : draft.size(1)])
 
 
+@ACCEPTANCES.register("topk", help="a draft token in the verifier's top-N, --acceptance-topk (Stern 5.1)")
 class TopK(AcceptanceRule):
     """Stern et al. 2018 §5.1: accept ``d_i`` if it lies in the verifier's top-N (``--acceptance-topk``)."""
 
@@ -56,6 +69,10 @@ class TopK(AcceptanceRule):
             raise ValueError(f"--acceptance-topk must be >= 1 (got {n})")
         self.n = n
 
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg.acceptance_topk)
+
     def __call__(self, draft, lprobs, top):
         k = draft.size(1)
         n = min(self.n, lprobs.size(-1))
@@ -64,6 +81,7 @@ class TopK(AcceptanceRule):
         return prefix_length(ok)
 
 
+@ACCEPTANCES.register("min_block", help="at least --min-block-size tokens per call (Stern 5.3)")
 class MinBlock(AcceptanceRule):
     """Stern et al. 2018 §5.3: at least ``l`` (``--min-block-size``) tokens are added per step.
 
@@ -79,6 +97,10 @@ class MinBlock(AcceptanceRule):
             raise ValueError(f"--min-block-size must be >= 1 (got {l})")
         self.l = l
 
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg.min_block_size)
+
     def __call__(self, draft, lprobs, top):
         exact = prefix_length(draft == top[:, : draft.size(1)])
         admissible = prefix_length(torch.isfinite(draft_log_probs(draft, lprobs)))
@@ -86,6 +108,7 @@ class MinBlock(AcceptanceRule):
         return torch.maximum(exact, forced)
 
 
+@ACCEPTANCES.register("gad_pp", help="GAD++ (Xia et al. Eq. 8-9: --gad-beta, --gad-tau)")
 class GADPlusPlus(AcceptanceRule):
     """GAD++ (Xia et al., Eq. 8-9): ``log P(d_i) >= log P(top-beta-th)`` and ``log P(top-1) - log P(d_i) <= tau``."""
 
@@ -98,6 +121,10 @@ class GADPlusPlus(AcceptanceRule):
             raise ValueError(f"--gad-tau must be >= 0 (got {tau})")
         self.beta, self.tau = beta, float(tau)
 
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg.gad_beta, cfg.gad_tau)
+
     def __call__(self, draft, lprobs, top):
         k = draft.size(1)
         beta = min(self.beta, lprobs.size(-1))
@@ -107,28 +134,20 @@ class GADPlusPlus(AcceptanceRule):
         return prefix_length(ok)
 
 
+@ACCEPTANCES.register("all", help="the drafter alone, no verification, not lossless")
 class AcceptAll(AcceptanceRule):
     """Every admissible draft token is kept: the drafter alone (GAD Table 5/14 "NAR drafter" row).
 
-    Not lossless.  With ``--acceptance all`` the engine builds the drafter-alone generator
-    (``decoding.drafter_only``), which never calls the verifier; this rule is its definition."""
+    Not lossless.  With ``--acceptance all`` the engine never calls the verifier: the drafter's
+    draft, under fairseq's constraints, is the output (``engine``, "the drafter alone"); this rule
+    is its definition."""
 
     name = "all"
+    needs_verifier = False
 
     def __call__(self, draft, lprobs, top):
         return prefix_length(torch.isfinite(draft_log_probs(draft, lprobs)))
 
 
 def build_acceptance(cfg) -> AcceptanceRule:
-    name = cfg.acceptance
-    if name == "exact":
-        return Exact()
-    if name == "topk":
-        return TopK(cfg.acceptance_topk)
-    if name == "min_block":
-        return MinBlock(cfg.min_block_size)
-    if name == "gad_pp":
-        return GADPlusPlus(cfg.gad_beta, cfg.gad_tau)
-    if name == "all":
-        return AcceptAll()
-    raise ValueError(f"--acceptance {name!r} is unknown; choose exact, topk, min_block, gad_pp or all")
+    return ACCEPTANCES[cfg.acceptance].from_config(cfg)

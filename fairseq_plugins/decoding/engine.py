@@ -7,15 +7,21 @@ Per iteration, for all unfinished rows at once:
 2. the verifier scores ``[last token, d_1..d_k]`` after each row's KV cache in ONE call of the lean
    decoder step (causal inside the draft, each row's logical positions), ``k`` = the widest useful
    draft of the batch, not ``K``; on a CPU its columns are projected onto the vocabulary only up
-   to the last one some row uses (``_score_until_rejected``);
+   to the last one some row uses (``scoring.ColumnScorer.until_rejected``);
 3. fairseq's greedy constraints are applied to the log-probs (PAD, unk penalty, no EOS before
    ``min_len``, EOS forced at ``max_len``), the acceptance rule picks ``n`` draft tokens, and the
    row is extended by ``d_1..d_n`` plus the verifier's own token at the bifurcation (Stern et al.
    §3 "accept"; GAD Eq. 7), cut after an EOS; the drafter observes the result (with the
    verifier's hidden states) and proposes the next draft;
-4. one host synchronisation tells which rows finished (they leave the batch), the rows' new
-   lengths and the next draft's width; the self-attention cache is cut back to each row's
-   accepted length (``cache.KVCache``: per-row lengths in preallocated buffers, no recomputation).
+4. one host synchronisation (:class:`Synced`) tells which rows finished (they leave the batch),
+   the rows' new lengths and the next draft's width; the self-attention cache is cut back to each
+   row's accepted length (``cache.KVCache``: per-row lengths in preallocated buffers, no
+   recomputation).
+
+In code, an iteration is ``_verify`` (or, with ``--acceptance all``, ``_take_draft``: the drafter
+alone, no verifier call), ``_append``, ``_observe``, ``_propose``, ``_sync``, ``_learn``,
+``_drop_finished`` and ``_next_call``, over the unfinished rows (:class:`Rows`) and what the batch
+shares (:class:`Run`).
 
 With ``--acceptance exact`` the result equals fairseq's ``SequenceGenerator`` with ``--beam 1``
 token for token (same max_len formula, including its cap by the model's max positions, same
@@ -31,7 +37,7 @@ appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed;
 (draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
-import math
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import torch
@@ -39,8 +45,12 @@ from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
 from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock, draft_lengths
-from fairseq_plugins.decoding.drafters import DraftContext, Drafter, NoDraft, StepResult, build_drafter
+from fairseq_plugins.decoding.cache import KVCache
+from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.drafters import Draft, DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.inference import inference_generate
+from fairseq_plugins.decoding.report import mean_accepted
+from fairseq_plugins.decoding.scoring import Columns, ColumnScorer, Scored
 from fairseq_plugins.decoding.verifier import Verifier
 
 
@@ -50,6 +60,68 @@ class DraftVerifyOptionError(ValueError):
 
 STAT_KEYS = ("model_calls", "iterations", "accepted_tokens", "draft_accepted", "draft_tokens",
              "produced_tokens", "sentences", "oracle_model_calls")
+
+
+@dataclass
+class Rows:
+    """The unfinished rows of a batch: per-row tensors and their host bookkeeping."""
+
+    out: Tensor         # (B, W) BOS, then the tokens generated so far
+    lp_out: Tensor      # (B, W) log-prob of out[:, 1 + s] at index s
+    n_gen: Tensor       # (B,) tokens generated
+    score: Tensor       # (B,) running score, as fairseq's scores[:, step - 1]
+    draft: Draft        # what the next call verifies
+    ids: List[int]      # original row of every row (host side: no sync to index it)
+    lengths: List[int]  # host copy of n_gen, as of the last sync
+
+    def select(self, keep: Tensor) -> None:
+        self.out, self.lp_out, self.n_gen, self.score = (
+            t.index_select(0, keep) for t in (self.out, self.lp_out, self.n_gen, self.score))
+        self.draft = self.draft.select(keep)
+
+
+@dataclass
+class Run:
+    """What the steps of one batch share besides the rows."""
+
+    drafter: Drafter
+    acceptance: AcceptanceRule
+    policy: FixedBlock
+    cache: Optional[KVCache]  # None: the drafter alone, no verifier call
+    max_len: int
+    arange: Tensor
+    finalized: List[Optional[List[Dict]]]
+    counters: Tensor          # draft tokens accepted, proposed
+    count_stats: bool
+    iteration: int = 0
+    row_iterations: int = 0
+    propose: bool = True      # ask the drafter for the next call's draft (the width policy's decision)
+    drafting: bool = True     # False once the policy will never draft again in this batch
+
+
+@dataclass
+class Verdict:
+    """One call's outcome for every row, before it is appended."""
+
+    fed: Draft                # the draft the call scored (the stats and the width policy count it)
+    new: Tensor               # (B, m) tokens to append: accepted draft tokens, then the verifier's own
+    new_lp: Tensor            # (B, m) their log-probs
+    offered: Tensor           # (B,) how many of ``new`` go in before the cut at EOS
+    accepted: Tensor          # (B,) draft tokens accepted
+    scored: Optional[Scored] = None   # the verifier's columns (None: the drafter alone)
+    hidden: Optional[Tensor] = None
+
+
+@dataclass
+class Synced:
+    """The one host synchronisation of an iteration, named."""
+
+    done: List[int]                      # 1 where the row ended
+    lengths: List[int]                   # n_gen
+    sent: Optional[List[int]] = None     # draft slots the width policy counts as sent (when a draft was fed)
+    got: Optional[List[int]] = None      # draft tokens accepted (when a draft was fed)
+    offered: Optional[List[int]] = None  # whether the drafter had a draft when asked (adaptive policy)
+    next_width: Optional[int] = None     # the longest next draft of the rows that go on
 
 
 class DraftVerifyGenerator:
@@ -75,17 +147,32 @@ class DraftVerifyGenerator:
             raise DraftVerifyOptionError("--temperature must be > 0")
         self.temperature = temperature
         self.max_len = max_len or self.model.max_decoder_positions()
+        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=min_len, unk_penalty=unk_penalty)
+        self.scorer = ColumnScorer(self.verifier, self.constraints, temperature, self.vocab_size)
         if jacobi_length not in ("max", "greedy_oracle"):
             raise DraftVerifyOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
         self.length_oracle = jacobi_length == "greedy_oracle" and drafter.needs_target_length
         if adaptive_block_size not in ("auto", "on", "off"):
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
+        if not acceptance.needs_verifier:
+            self._check_drafter_alone(drafter)
         adaptive = drafter.adaptive_block if adaptive_block_size == "auto" else adaptive_block_size == "on"
-        probe = drafter.drafts_after_plain_steps
+        adaptive = adaptive and acceptance.needs_verifier  # the drafter alone drafts every call
         # one policy for the generator's life: an adaptive one carries what it learned into the next batches
-        self.policy = AdaptiveBlock(probe=probe) if adaptive else FixedBlock()
+        self.policy = AdaptiveBlock(probe=drafter.drafts_after_plain_steps) if adaptive else FixedBlock()
         self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
         self.reset_stats()
+
+    def _check_drafter_alone(self, drafter: Drafter):
+        """``--acceptance all``: the drafter's drafts are the output (GAD's "NAR drafter" row)."""
+        if not drafter.standalone:
+            raise DraftVerifyOptionError(
+                f"--acceptance all decodes with the drafter alone, but --drafter {drafter.name} drafts from the "
+                "verifier's own predictions; use it with a drafter that has its own model (--drafter nar)")
+        if self.unk_penalty:
+            raise DraftVerifyOptionError("--acceptance all (the drafter alone) does not support --unkpen; drop it")
+        if self.temperature != 1.0:
+            raise DraftVerifyOptionError("--acceptance all (the drafter alone) does not support --temperature")
 
     # ---- stats ----
     def reset_stats(self):
@@ -95,7 +182,7 @@ class DraftVerifyGenerator:
         self.stats["acceptance"] = self.acceptance.name
 
     def mean_accepted(self) -> float:
-        return self.stats["accepted_tokens"] / max(1, self.stats["iterations"])
+        return mean_accepted(self.stats)
 
     # ---- fairseq generator interface ----
     def cuda(self):
@@ -133,188 +220,137 @@ class DraftVerifyGenerator:
         if self.drafter.needs_target_length:
             if self.length_oracle:  # PJ/PGJ with a known length: a greedy pre-run, counted and timed
                 calls = self.stats["model_calls"]
-                greedy = self._decode(net_input, src_lengths, NoDraft(), max_len, None, count_stats=False)
+                # no drafter, and a pre-run must not teach the width policy anything
+                greedy = self._decode(net_input, src_lengths, max_len, None, NoDraft(), Exact(), FixedBlock(),
+                                      count_stats=False)
                 self.stats["oracle_model_calls"] += self.stats["model_calls"] - calls
                 self.stats["length_oracle"] = True
                 target_length = torch.tensor([len(h[0]["tokens"]) for h in greedy], device=src_tokens.device)
             else:
                 target_length = src_tokens.new_full((src_tokens.size(0),), max_len + 1)
-        return self._decode(net_input, src_lengths, self.drafter, max_len, target_length)
+        return self._decode(net_input, src_lengths, max_len, target_length, self.drafter, self.acceptance,
+                            self.policy)
 
     # ---- the loop ----
-    def _decode(self, net_input, src_lengths, drafter: Drafter, max_len: int, target_length, count_stats=True):
-        verifier = self.verifier
+    def _decode(self, net_input, src_lengths, max_len: int, target_length, drafter: Drafter,
+                acceptance: AcceptanceRule, policy: FixedBlock, count_stats=True):
+        run, rows = self._begin(net_input, src_lengths, max_len, target_length, drafter, acceptance, policy,
+                                count_stats)
+        while True:
+            verdict = self._verify(run, rows) if run.cache is not None else self._take_draft(rows)
+            n_before = rows.n_gen
+            count, ended = self._append(run, rows, verdict)
+            self._observe(run, rows, verdict, count, n_before)
+            sent = self._count_drafts(run, verdict, count)
+            if not drafter.proposes_after_sync:
+                rows.draft = self._propose(run, rows)  # the next draft, before the sync: its width rides along
+            synced = self._sync(run, rows, verdict, ended, sent)
+            self._learn(run, synced)
+            if run.cache is not None:  # cut back to the accepted tokens
+                run.cache.commit(count, max(synced.lengths), min(synced.lengths) == max(synced.lengths))
+            rows.lengths = synced.lengths
+            if any(synced.done) and not self._drop_finished(run, rows, synced.done, ended):
+                break
+            self._next_call(run, rows, synced)
+        self._count_batch(run, src_lengths.size(0))
+        return run.finalized
+
+    def _begin(self, net_input, src_lengths, max_len, target_length, drafter, acceptance, policy, count_stats):
         src_tokens = net_input["src_tokens"]
         device = src_tokens.device
         bsz = src_tokens.size(0)
-        acceptance = self.acceptance if not isinstance(drafter, NoDraft) else Exact()
         kmax = drafter.max_draft(max_len)
         width = max_len + kmax + 2
-        stats = self.stats
-
-        cache = verifier.begin(net_input, capacity=max_len + 2 + min(kmax, 16))
+        alone = not acceptance.needs_verifier
+        cache = None if alone else self.verifier.begin(net_input, capacity=max_len + 2 + min(kmax, 16))
         out = torch.full((bsz, width), self.pad, dtype=torch.long, device=device)
         out[:, 0] = self.bos
-        lp_out = torch.zeros(bsz, width, device=device)  # log-prob of out[:, 1 + s] at index s
-        score = torch.zeros(bsz, device=device)  # running score, as fairseq's scores[:, step - 1]
         n_gen = torch.zeros(bsz, dtype=torch.long, device=device)
-        rows = list(range(bsz))  # original row of every current row (host side: no sync to index it)
+        rows = Rows(out, torch.zeros(bsz, width, device=device), n_gen, torch.zeros(bsz, device=device),
+                    Draft.none(n_gen, asked=False), list(range(bsz)), [0] * bsz)
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad,
-                                   encoder_out=verifier.encoder_out))
-        # a decode without a drafter (a length-oracle pre-run) must not teach the width policy anything
-        policy = self.policy if not isinstance(drafter, NoDraft) else FixedBlock()
+                                   final=alone, constraints=self.constraints,
+                                   encoder_out=None if alone else self.verifier.encoder_out))
         policy.begin(bsz, kmax)
-        finalized: List[Optional[List[Dict]]] = [None] * bsz
-        counters = torch.zeros(2, dtype=torch.long, device=device)  # draft_accepted, draft_tokens
-        arange = torch.arange(width + 1, device=device)
-        not_eos = torch.ones(self.vocab_size, dtype=torch.bool, device=device)
-        not_eos[self.eos] = False
-        lengths = [0] * bsz  # host copy of n_gen
-        iteration, row_iterations = 0, 0
-        if policy.expects_draft():
-            draft, dlen = self._next_draft(drafter, out, n_gen)
-        else:  # the prior says the first call is a plain step: do not ask the drafter
-            draft, dlen = out.new_empty((bsz, 0)), None
-        if draft.size(1):  # trim to the widest useful draft (one sync before the first call)
-            draft = draft[:, : min(policy.width(), int(dlen.max()))]
-        propose = policy.expects_draft()  # False: the next call is a plain step whatever is proposed
-        while True:
-            cur = n_gen.size(0)
-            m = draft.size(1) + 1
-            longest = max(lengths)
-            if cache.aligned:  # every row at the same step: one slice, positions shared by all rows
-                steps = arange[longest : longest + m]
-                last = out[:, longest : longest + 1]
-            else:
-                steps = n_gen.unsqueeze(1) + arange[:m]  # step s predicts out[:, 1 + s]; input at position s
-                last = out.gather(1, n_gen.unsqueeze(1))
-            tokens = torch.cat([last, draft], dim=1) if m > 1 else last
-            # positions past max_len are never accepted (EOS forced there); keep them inside the table
-            positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps
-            lazy = m > 2 and self._lazy_columns(drafter, device)
-            logits, hidden = verifier(cache, tokens, positions, project=None if lazy else slice(None))
-            fed_draft, m_fed = draft, m  # what the call scored (the stats and the width policy count these)
-            # the drafter was asked for this call's draft: the width policy learns whether it had one
-            asked = policy.adaptive and dlen is not None
-            offered = dlen.gt(0).long() if asked else None
-            accepted = None
-            if not lazy:
-                lprobs = self._constrained(logits, steps, longest, max_len, iteration, not_eos)
-                top, top_lprob = self._top(lprobs, self._running_scores(score, lprobs, draft))
-            else:  # project onto the vocabulary only up to the columns some row still needs
-                lprobs, top, top_lprob, accepted = self._score_until_rejected(
-                    verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration, not_eos)
-                m = lprobs.size(1)
-                draft, hidden = draft[:, : m - 1], hidden[:, :m]
-            if m > 1:
-                if accepted is None:
-                    accepted = acceptance(draft, lprobs, top)
-                fed = arange[:m].unsqueeze(0)
-                new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft, top[:, -1:]], dim=1), top)
-                new_lp = lprobs.gather(2, new.unsqueeze(2)).squeeze(2)
-                is_eos = (new == self.eos) & (fed <= accepted.unsqueeze(1))
-                ended = is_eos.any(dim=1)
-                count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, accepted + 1)
-                count, ended = self._bounded(count, ended, n_gen, max_len)
-                out.scatter_(1, (n_gen.unsqueeze(1) + 1 + arange[:m]).clamp(max=width - 1), new)
-                lp_out.scatter_(1, (n_gen.unsqueeze(1) + arange[:m]).clamp(max=width - 1), new_lp)
-                for i in range(m):  # fairseq adds one token's log-prob at a time (float32 rounding as there)
-                    score = torch.where(count > i, score + new_lp[:, i], score)
-            else:  # a plain greedy step
-                accepted = torch.zeros_like(n_gen)
-                new, new_lp = top, top_lprob
-                count, ended = self._bounded(torch.ones_like(n_gen), new[:, 0] == self.eos, n_gen, max_len)
-                if cache.aligned:
-                    out[:, longest + 1 : longest + 2] = new
-                    lp_out[:, longest : longest + 1] = new_lp
-                else:
-                    out.scatter_(1, n_gen.unsqueeze(1) + 1, new)
-                    lp_out.scatter_(1, n_gen.unsqueeze(1), new_lp)
-                score = score + new_lp[:, 0]
-            n_before = n_gen
-            n_gen = n_gen + count
-            drafter.observe(StepResult(draft=fed_draft, top=top, top_lprob=top_lprob, accepted=accepted, count=count,
-                                       n_before=n_before, out=out, hidden=hidden))
-            if m_fed > 1:
-                proposed = dlen.clamp(max=fed_draft.size(1))  # draft slots each row sent
-                # what the width policy learns from: real draft tokens only (Jacobi also scores its
-                # PAD-initialised slots, which are never accepted and say nothing about its drafts)
-                real = draft_lengths(fed_draft, self.pad) if policy.adaptive else None
-                if count_stats:
-                    counters += torch.stack([torch.minimum(accepted, count).sum(), proposed.sum()])
-            if propose:
-                draft, dlen = self._next_draft(drafter, out, n_gen)  # the next draft, before the sync
-            else:  # the policy has already decided on a plain step: nothing to propose
-                draft, dlen = out.new_empty((cur, 0)), None
-            row_iterations += cur
-            iteration += 1
-            # the one host synchronisation of the iteration: finished rows, lengths, what the drafts
-            # achieved (for the width policy) and the longest next draft
-            parts = [ended.long(), n_gen]
-            if m_fed > 1:
-                parts += [real if policy.adaptive else proposed, accepted]
-            if asked:
-                parts.append(offered)
-            if draft.size(1):
-                parts.append(dlen.masked_fill(ended, 0).max().view(1))
-            host = torch.cat(parts).tolist()
-            done, lengths = host[:cur], host[cur : 2 * cur]
-            if m_fed > 1 or asked:
-                sent, got = (host[2 * cur : 3 * cur], host[3 * cur : 4 * cur]) if m_fed > 1 else ([0] * cur, [0] * cur)
-                at = (4 if m_fed > 1 else 2) * cur
-                policy.update(sent, got, host[at : at + cur] if asked else None)
-            k_next = host[-1] if draft.size(1) else 0
-            cache.commit(count, max(lengths), min(lengths) == max(lengths))  # cut back to the accepted tokens
-            if any(done):
-                keep = self._finalize(done, lengths, rows, out, lp_out, finalized)
-                if not keep:
-                    break
-                keep_t = torch.tensor(keep, dtype=torch.long, device=device)
-                rows = [rows[i] for i in keep]
-                lengths = [lengths[i] for i in keep]
-                cache.select_rows(keep_t, aligned=min(lengths) == max(lengths), max_length=max(lengths))
-                drafter.select_rows(keep_t)
-                policy.select_rows(keep)
-                out, lp_out, n_gen, score, draft = (
-                    t.index_select(0, keep_t) for t in (out, lp_out, n_gen, score, draft))
-                dlen = dlen.index_select(0, keep_t) if dlen is not None else None
-            k_next = min(k_next, policy.width())
-            propose = policy.expects_draft()
-            if not propose and policy.stopped() and not isinstance(drafter, NoDraft):
-                drafter = NoDraft()  # no draft for the rest of this batch: plain steps, no drafter bookkeeping
-            if draft.size(1) > k_next:
-                draft = draft[:, :k_next]
-        if count_stats:
-            stats["model_calls"] += iteration
-            stats["iterations"] += row_iterations
-            produced = sum(len(h[0]["tokens"]) for h in finalized)
-            stats["accepted_tokens"] += produced
-            stats["produced_tokens"] += produced
-            stats["sentences"] += bsz
-            da, dt = counters.tolist()
-            stats["draft_accepted"] += da
-            stats["draft_tokens"] += dt
-        else:
-            stats["model_calls"] += iteration
-        return finalized
+        run = Run(drafter, acceptance, policy, cache, max_len, torch.arange(width + 1, device=device), [None] * bsz,
+                  torch.zeros(2, dtype=torch.long, device=device), count_stats, propose=policy.expects_draft())
+        # a prior that does not pay: the first call is a plain step, its draft not even asked for
+        rows.draft = self._propose(run, rows)
+        if rows.draft.size:  # trim to the widest useful draft (one sync before the first call, unless known)
+            known = rows.draft.width if rows.draft.width is not None else int(rows.draft.lengths.max())
+            rows.draft = rows.draft.trim(min(policy.width(), known))
+        run.propose = policy.expects_draft()  # False: the next call is a plain step whatever is proposed
+        return run, rows
 
-    # ---- scoring the fed columns ----
-    def _constrained(self, logits, steps, longest, max_len, iteration, not_eos):
-        """Log-probs of fed columns whose steps are ``steps`` (``(m,)`` or ``(B, m)``), with fairseq's
-        greedy constraints (sequence_generator.py: pad, unk, max_len, min_len)."""
-        if self.temperature != 1.0:
-            logits = logits.div_(self.temperature)
-        lprobs = self.verifier.log_probs(logits)
-        lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # as fairseq (lprobs[lprobs != lprobs] = -inf): fp16 overflow
-        lprobs[:, :, self.pad] = -math.inf
-        if self.unk_penalty:
-            lprobs[:, :, self.unk] -= self.unk_penalty
-        if longest + steps.size(-1) - 1 >= max_len:  # ``longest``: the longest row's step at the first column
-            lprobs.masked_fill_((steps >= max_len).unsqueeze(-1) & not_eos, -math.inf)
-        if iteration < self.min_len:  # every row has >= iteration tokens
-            lprobs[..., self.eos].masked_fill_(steps < self.min_len, -math.inf)
-        return lprobs
+    def _verify(self, run: Run, rows: Rows) -> Verdict:
+        """One verifier call over ``[last token, draft]``; the verifier's tokens and the accepted lengths."""
+        draft, max_len = rows.draft, run.max_len
+        m = draft.size + 1
+        longest = max(rows.lengths)
+        if run.cache.aligned:  # every row at the same step: one slice, positions shared by all rows
+            steps = run.arange[longest : longest + m]
+            last = rows.out[:, longest : longest + 1]
+        else:
+            steps = rows.n_gen.unsqueeze(1) + run.arange[:m]  # step s predicts out[:, 1 + s]; input at position s
+            last = rows.out.gather(1, rows.n_gen.unsqueeze(1))
+        tokens = torch.cat([last, draft.tokens], dim=1) if m > 1 else last
+        # positions past max_len are never accepted (EOS forced there); keep them inside the table
+        positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps
+        lazy = m > 2 and self._lazy_columns(run.drafter, rows.out.device)
+        logits, hidden = self.verifier(run.cache, tokens, positions, project=None if lazy else slice(None))
+        cols = Columns(steps, max_len, min_step=run.iteration, first_max=longest)  # every row has >= iteration tokens
+        if lazy:  # project onto the vocabulary only up to the columns some row still needs
+            scored = self.scorer.until_rejected(hidden, cols, rows.score, draft.tokens, run.acceptance)
+            hidden = hidden[:, : scored.top.size(1)]
+        else:
+            scored = self.scorer.all_columns(logits, cols, rows.score, draft.tokens, run.acceptance)
+        used = scored.top.size(1)  # the columns any row uses
+        accepted, top = scored.accepted, scored.top
+        if used == 1:  # a plain greedy step
+            return Verdict(draft, top, scored.top_lprob, accepted + 1, accepted, scored, hidden)
+        fed = run.arange[:used].unsqueeze(0)
+        new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft.tokens[:, : used - 1], top[:, -1:]], 1), top)
+        new_lp = scored.lprobs.gather(2, new.unsqueeze(2)).squeeze(2)
+        return Verdict(draft, new, new_lp, accepted + 1, accepted, scored, hidden)
+
+    @staticmethod
+    def _take_draft(rows: Rows) -> Verdict:
+        """``--acceptance all``: the drafter's draft (under fairseq's constraints, with its scores) is
+        the output, every token kept up to an EOS; no verifier call."""
+        draft = rows.draft
+        everything = rows.n_gen.new_full((rows.n_gen.size(0),), draft.size)
+        return Verdict(draft, draft.tokens, draft.scores, everything, everything)
+
+    def _append(self, run: Run, rows: Rows, verdict: Verdict):
+        """Append each row's tokens up to its first EOS; returns how many ``(B,)`` and which rows ended."""
+        new, new_lp, n_gen, m = verdict.new, verdict.new_lp, rows.n_gen, verdict.new.size(1)
+        width = rows.out.size(1)
+        if m == 1:  # a plain greedy step
+            count, ended = self._bounded(torch.ones_like(n_gen), new[:, 0] == self.eos, n_gen, run.max_len)
+            if run.cache is not None and run.cache.aligned:
+                longest = max(rows.lengths)
+                rows.out[:, longest + 1 : longest + 2] = new
+                rows.lp_out[:, longest : longest + 1] = new_lp
+            else:
+                rows.out.scatter_(1, n_gen.unsqueeze(1) + 1, new)
+                rows.lp_out.scatter_(1, n_gen.unsqueeze(1), new_lp)
+            rows.score = rows.score + new_lp[:, 0]
+        else:
+            fed = run.arange[:m].unsqueeze(0)
+            is_eos = (new == self.eos) & (fed < verdict.offered.unsqueeze(1))
+            ended = is_eos.any(dim=1)
+            count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, verdict.offered)
+            count, ended = self._bounded(count, ended, n_gen, run.max_len)
+            rows.out.scatter_(1, (n_gen.unsqueeze(1) + 1 + run.arange[:m]).clamp(max=width - 1), new)
+            rows.lp_out.scatter_(1, (n_gen.unsqueeze(1) + run.arange[:m]).clamp(max=width - 1), new_lp)
+            if verdict.scored is not None:  # the running score breaks the verifier's ties (the drafter alone has none)
+                # fairseq adds one token's log-prob at a time: the running score before the last appended
+                # token is that sum over the accepted draft tokens already (same float32 adds, same order)
+                last = (count - 1).unsqueeze(1)
+                rows.score = (verdict.scored.running.gather(1, last) + new_lp.gather(1, last)).squeeze(1)
+        rows.n_gen = n_gen + count
+        return count, ended
 
     @staticmethod
     def _bounded(count: Tensor, ended: Tensor, n_gen: Tensor, max_len: int):
@@ -324,11 +360,109 @@ class DraftVerifyGenerator:
         count = torch.minimum(count, (max_len + 1) - n_gen)
         return count, ended | (n_gen + count > max_len)
 
-    def _top(self, lprobs, running):
-        """The verifier's own token at every column, where fairseq's BeamSearch.step puts it: topk over
-        lprobs + the running score before the column (``_running_scores``); and its log-prob."""
-        top = (lprobs + running.unsqueeze(2)).topk(2 if self.vocab_size > 2 else 1, dim=2).indices[..., 0]
-        return top, lprobs.gather(2, top.unsqueeze(2)).squeeze(2)
+    @staticmethod
+    def _observe(run: Run, rows: Rows, verdict: Verdict, count: Tensor, n_before: Tensor):
+        """The drafter sees what the verifier said (the drafter alone has no verifier to hear)."""
+        if verdict.scored is None or not run.drafting:
+            return
+        run.drafter.observe(StepResult(draft=verdict.fed.tokens, top=verdict.scored.top,
+                                       top_lprob=verdict.scored.top_lprob, accepted=verdict.accepted, count=count,
+                                       n_before=n_before, out=rows.out, hidden=verdict.hidden))
+
+    def _count_drafts(self, run: Run, verdict: Verdict, count: Tensor) -> Optional[Tensor]:
+        """Draft tokens accepted and proposed (stats, no sync); returns the slots the width policy
+        learns from: real draft tokens only (Jacobi also scores its PAD-initialised slots, which are
+        never accepted and say nothing about its drafts)."""
+        fed = verdict.fed
+        if fed.size == 0:
+            return None
+        proposed = fed.lengths.clamp(max=fed.size)  # draft slots each row sent
+        if run.count_stats:
+            run.counters += torch.stack([torch.minimum(verdict.accepted, count).sum(), proposed.sum()])
+        return draft_lengths(fed.tokens, self.pad) if run.policy.adaptive else proposed
+
+    @staticmethod
+    def _propose(run: Run, rows: Rows) -> Draft:
+        if not run.propose:  # the policy has decided on a plain step: nothing to propose
+            return Draft.none(rows.n_gen, asked=False)
+        if not run.drafting:  # asked, but a drafter that stopped has nothing to offer (the policy learns so)
+            return Draft.none(rows.n_gen)
+        longest = max(rows.lengths) if run.drafter.proposes_after_sync else None  # host lengths are fresh then
+        return run.drafter.propose(rows.out, rows.n_gen, longest=longest)
+
+    @staticmethod
+    def _sync(run: Run, rows: Rows, verdict: Verdict, ended: Tensor, sent: Optional[Tensor]) -> Synced:
+        """The one host synchronisation of the iteration: finished rows, lengths, what the drafts
+        achieved (for the width policy) and the longest next draft."""
+        parts = {"done": ended.long(), "lengths": rows.n_gen}
+        if sent is not None:
+            parts["sent"], parts["got"] = sent, verdict.accepted
+        if run.policy.adaptive and verdict.fed.asked:  # the drafter was asked: did it have a draft?
+            parts["offered"] = verdict.fed.lengths.gt(0).long()
+        if rows.draft.size and rows.draft.width is None:
+            parts["next_width"] = rows.draft.lengths.masked_fill(ended, 0).max().view(1)
+        host = torch.cat(list(parts.values())).tolist()
+        read, at = {}, 0
+        for name, part in parts.items():
+            read[name], at = host[at : at + part.numel()], at + part.numel()
+        if "next_width" in read:
+            read["next_width"] = read["next_width"][0]
+        return Synced(**read)
+
+    @staticmethod
+    def _learn(run: Run, synced: Synced):
+        """The width policy learns what this call's draft achieved; the batch counts the call."""
+        if synced.sent is not None or synced.offered is not None:
+            zeros = [0] * len(synced.done)
+            run.policy.update(synced.sent or zeros, synced.got or zeros, synced.offered)
+        run.row_iterations += len(synced.done)
+        run.iteration += 1
+
+    def _drop_finished(self, run: Run, rows: Rows, done: List[int], ended: Tensor) -> bool:
+        """Finalize the rows that ended and drop them from the batch; False when none is left."""
+        for i, d in enumerate(done):
+            if d:
+                run.finalized[rows.ids[i]] = [self._hypothesis(rows.out[i], rows.lp_out[i], rows.lengths[i])]
+        keep = [i for i, d in enumerate(done) if not d]
+        if not keep:
+            return False
+        # the rows that go on, in order, found on the device (a stable sort puts them first): no host copy
+        keep_t = torch.argsort(ended.long(), stable=True)[: len(keep)]
+        rows.ids = [rows.ids[i] for i in keep]
+        rows.lengths = [rows.lengths[i] for i in keep]
+        if run.cache is not None:
+            run.cache.select_rows(keep_t, aligned=min(rows.lengths) == max(rows.lengths), max_length=max(rows.lengths))
+        if run.drafting:
+            run.drafter.select_rows(keep_t)
+        run.policy.select_rows(keep)
+        rows.select(keep_t)
+        return True
+
+    def _next_call(self, run: Run, rows: Rows, synced: Synced):
+        """The next call's draft: proposed now by a drafter that proposes after the sync, trimmed to
+        the policy's width; the policy decides whether the call after it is asked for a draft."""
+        if run.drafter.proposes_after_sync:
+            rows.draft = self._propose(run, rows)
+        known = rows.draft.width if rows.draft.width is not None else synced.next_width
+        k_next = min(known or 0, run.policy.width())
+        run.propose = run.policy.expects_draft()
+        if not run.propose and run.policy.stopped():
+            run.drafting = False  # no draft for the rest of this batch: plain steps, no drafter bookkeeping
+        rows.draft = rows.draft.trim(k_next)
+
+    def _count_batch(self, run: Run, bsz: int):
+        stats = self.stats
+        stats["model_calls"] += run.iteration
+        if not run.count_stats:
+            return
+        stats["iterations"] += run.row_iterations
+        produced = sum(len(h[0]["tokens"]) for h in run.finalized)
+        stats["accepted_tokens"] += produced
+        stats["produced_tokens"] += produced
+        stats["sentences"] += bsz
+        da, dt = run.counters.tolist()
+        stats["draft_accepted"] += da
+        stats["draft_tokens"] += dt
 
     def _lazy_columns(self, drafter: Drafter, device) -> bool:
         """Project the verifier's columns onto the vocabulary chunk by chunk, stopping once every row
@@ -340,67 +474,6 @@ class DraftVerifyGenerator:
         if self.lazy_verify is not None:
             return self.lazy_verify and not drafter.needs_all_columns
         return device.type == "cpu" and not drafter.needs_all_columns
-
-    def _score_until_rejected(self, verifier, hidden, draft, steps, score, acceptance, longest, max_len, iteration,
-                              not_eos):
-        """Score columns 0..1, then 2..3, 4..7, ... of the fed ``[last, d_1..d_{m-1}]`` until every row
-        has a rejected draft token among them (acceptance rules are prefix rules: a row's accepted
-        length is final once a column rejects).  Returns lprobs/top/top_lprob of the first ``m'``
-        columns, ``m'`` = the longest accepted prefix + 1 (the columns any row uses), which equal
-        the full call's (each column's log-probs depend on that column only; the running score only
-        on earlier columns), and the accepted lengths (None when every column was scored: the
-        caller's acceptance call decides)."""
-        m = hidden.size(1)
-        lprobs_parts, top_parts, top_lp_parts = [], [], []
-        b, before = 0, score  # ``before``: the running score before column ``b``
-        while True:
-            a, b = b, min(m, max(2, 2 * b))
-            lp = self._constrained(verifier.project(hidden[:, a:b]), steps[..., a:b], longest + a, max_len,
-                                   iteration, not_eos)
-            running = self._running_scores(before, lp, draft[:, a:b])  # (B, b - a [+ 1: before column b])
-            top, top_lp = self._top(lp, running[:, : b - a])
-            lprobs_parts.append(lp), top_parts.append(top), top_lp_parts.append(top_lp)
-            before = running[:, -1]
-            lprobs, top, top_lp = (t[0] if len(t) == 1 else torch.cat(t, dim=1)
-                                   for t in (lprobs_parts, top_parts, top_lp_parts))
-            if b == m:
-                return lprobs, top, top_lp, None
-            accepted = acceptance(draft[:, :b], lprobs, top)
-            longest_accepted = int(accepted.max())  # a host read per chunk
-            if longest_accepted < b:  # every row rejected within the scored columns
-                used = longest_accepted + 1
-                return lprobs[:, :used], top[:, :used], top_lp[:, :used], accepted
-
-    @staticmethod
-    def _next_draft(drafter: Drafter, out: Tensor, n_gen: Tensor):
-        """The drafter's proposal for every row and how many of its slots are worth scoring."""
-        draft = drafter.propose(out, n_gen)
-        if draft.size(1) == 0:
-            return draft, n_gen.new_zeros(n_gen.size(0))
-        return draft, drafter.lengths(draft)
-
-    @staticmethod
-    def _running_scores(score: Tensor, lprobs: Tensor, draft: Tensor) -> Tensor:
-        """fairseq's running score before each fed position ``(B, m)``: the row's score, then the
-        draft tokens' log-probs added one at a time (a draft token counts only while accepted,
-        and where one is rejected the later positions are not used)."""
-        if draft.size(1) == 0:
-            return score.unsqueeze(1)
-        lp = lprobs[:, : draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
-        lp = lp.masked_fill(~torch.isfinite(lp), 0.0)  # past an inadmissible draft token only ties matter, not sums
-        running = [score]
-        for i in range(draft.size(1)):
-            running.append(running[-1] + lp[:, i])
-        return torch.stack(running, dim=1)
-
-    def _finalize(self, done: List[int], lengths: List[int], rows: List[int], out: Tensor, lp_out: Tensor,
-                  finalized: List[Optional[List[Dict]]]) -> List[int]:
-        """Write the hypotheses of the rows that ended (``done``, host list) into ``finalized`` at their
-        original positions; returns the indices of the rows that go on."""
-        for i, d in enumerate(done):
-            if d:
-                finalized[rows[i]] = [self._hypothesis(out[i], lp_out[i], lengths[i])]
-        return [i for i, d in enumerate(done) if not d]
 
     def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int) -> Dict:
         tokens = out_row[1 : n + 1].clone()
@@ -439,10 +512,7 @@ def build_draft_verify_generator(task, models, args):
         raise DraftVerifyOptionError("--drafter produces no alignments; drop --print-alignment")
     drafter = build_drafter(cfg, task, models)
     acceptance = build_acceptance(cfg)
-    generator_cls = DraftVerifyGenerator
-    if acceptance.name == "all":  # the drafter alone (GAD's "NAR drafter" row): no verification
-        from fairseq_plugins.decoding.drafter_only import DrafterOnlyGenerator as generator_cls
-    return generator_cls(
+    return DraftVerifyGenerator(
         models, task.target_dictionary, drafter, acceptance,
         max_len_a=_generation_option(args, "max_len_a", 0.0), max_len_b=_generation_option(args, "max_len_b", 200),
         min_len=_generation_option(args, "min_len", 1), unk_penalty=_generation_option(args, "unkpen", 0.0),

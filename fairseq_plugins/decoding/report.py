@@ -12,9 +12,14 @@
 """
 
 
-def summary_line(stats) -> str:
+def mean_accepted(stats) -> float:
+    """Stern's mean accepted block size: tokens appended per row per call."""
     iterations = stats.get("iterations", 0)
-    mean = stats["accepted_tokens"] / iterations if iterations else 0.0
+    return stats["accepted_tokens"] / iterations if iterations else 0.0
+
+
+def summary_line(stats) -> str:
+    mean = mean_accepted(stats)
     drafted = stats.get("draft_tokens", 0)
     share = (f"{100.0 * stats['draft_accepted'] / drafted:.1f}% ({int(stats['draft_accepted'])}/{int(drafted)})"
              if drafted else "n/a (no draft tokens)")

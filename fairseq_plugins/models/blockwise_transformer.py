@@ -129,10 +129,6 @@ class BlockwiseTransformerModel(TransformerModel):
         for p in self.base_parameters():
             p.requires_grad_(False)
 
-    def head_inputs(self, features: torch.Tensor, first: int = 2, last: Optional[int] = None) -> torch.Tensor:
-        """Decoder features ``(..., d)`` -> output-projection inputs of heads first..last ``(..., n, d)``."""
-        return self.block_heads(features, first, last)
-
     def head_logits(self, features: torch.Tensor, head: int) -> torch.Tensor:
         """Logits of head ``head`` (1-based) at every position of ``features`` ``(..., d)``."""
         if head == 1:

@@ -22,11 +22,14 @@ from typing import Optional
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-logger = logging.getLogger(__name__)
+from fairseq_plugins.decoding.acceptance import ACCEPTANCES
+from fairseq_plugins.decoding.drafters import DRAFTERS, check_block_size
+from fairseq_plugins.decoding.engine import build_draft_verify_generator
+from fairseq_plugins.decoding.report import summary_line
+from fairseq_plugins.orders import (ABLATIONS, ORDER_NAMES, OrderError, order_from_config, order_signature_of_config,
+                                    order_signature_of_model)
 
-ORDERS = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
-DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
-ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp", "all")
+logger = logging.getLogger(__name__)
 
 
 class FastTranslationOptionError(ValueError):
@@ -37,7 +40,7 @@ class FastTranslationOptionError(ValueError):
 class FastTranslationConfig(TranslationConfig):
     # ---- generation order (training and decoding), docs/METHODS.md §1 ----
     target_order: Optional[str] = field(
-        default=None, metadata={"help": "generation order: " + ", ".join(ORDERS) + " (training: default l2r; "
+        default=None, metadata={"help": "generation order: " + ", ".join(ORDER_NAMES) + " (training: default l2r; "
                                 "decoding: default the checkpoint's own order and ablation flags)"})
     directions: int = field(
         default=0, metadata={"help": "h, generation directions (0: the order's own: 1 l2r/r2l, 2 head_tail/"
@@ -52,10 +55,8 @@ class FastTranslationConfig(TranslationConfig):
         default=False, metadata={"help": "Imamura & Sumita's DOUBLETOPK (2W left, 3W pairs) for h=2, c=1"})
     # ---- draft and verify, docs/METHODS.md §2 ----
     drafter: Optional[str] = field(
-        default=None, metadata={"help": "draft-and-verify drafter: " + ", ".join(DRAFTERS) +
-                                " ('none' = greedy through the engine); unset = fairseq's own generator"})
-    acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ", ".join(ACCEPTANCES) +
-                                                       " ('all' = the drafter alone, no verification, not lossless)"})
+        default=None, metadata={"help": "draft-and-verify drafter (unset = fairseq's own generator): " + DRAFTERS.help()})
+    acceptance: str = field(default="exact", metadata={"help": "acceptance rule: " + ACCEPTANCES.help()})
     block_size: Optional[int] = field(
         default=None, metadata={"help": "k, draft tokens verified per model call (blockwise: the block of k tokens, "
                                 "k-1 of them drafted by heads 2..k); unset: 5, blockwise: the checkpoint's K"})
@@ -94,8 +95,6 @@ class FastTranslationTask(TranslationTask):
     @property
     def order(self):
         """The generation order the flags ask for (fairseq_plugins.orders), or None for plain l2r."""
-        from fairseq_plugins.orders import order_from_config
-
         return order_from_config(self.cfg)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
@@ -123,26 +122,17 @@ class FastTranslationTask(TranslationTask):
     # ---- decoding: pick the generator ----
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
         order = decoding_order(models, self.cfg)
+        check_double_topk(self.cfg, order, given=True)
         if self.cfg.drafter is not None:
             if order is not None:
                 raise FastTranslationOptionError(
                     f"--drafter verifies drafts with a left-to-right model, but the checkpoint was trained with order "
                     f"{order.signature}: decode it without --drafter (multi-token beam search) or pass an L2R model")
-            from fairseq_plugins.decoding.engine import build_draft_verify_generator
-
             return build_draft_verify_generator(self, models, args)
         if order is not None:
-            if self.cfg.double_topk and (order.h != 2 or order.c != 1):
-                raise FastTranslationOptionError(
-                    f"--double-topk is Imamura & Sumita's search for two directions of one token each, but the "
-                    f"checkpoint's order is {order.signature}; drop --double-topk")
             from fairseq_plugins.decoding.multi_token_beam import build_multi_token_generator
 
             return build_multi_token_generator(self, models, args)
-        if self.cfg.double_topk:
-            raise FastTranslationOptionError(
-                "--double-topk needs a model trained with two directions (--target-order head_tail or interleave); "
-                "this checkpoint is a plain left-to-right model")
         return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
 
     def get_batch_iterator(self, *args, **kwargs):
@@ -172,8 +162,6 @@ class FastTranslationTask(TranslationTask):
             return
         if not ended:
             return
-        from fairseq_plugins.decoding.report import summary_line
-
         self._summarised.add(key)
         logger.info(summary_line(stats))
 
@@ -181,8 +169,6 @@ class FastTranslationTask(TranslationTask):
 def order_flags_given(cfg):
     """Whether the run names an order (--target-order, --directions, --tokens-per-direction, ablations);
     without any, fairseq-generate decodes a checkpoint in the order it was trained with."""
-    from fairseq_plugins.orders import ABLATIONS
-
     return (getattr(cfg, "target_order", None) is not None or bool(getattr(cfg, "directions", 0))
             or (getattr(cfg, "tokens_per_direction", 1) or 1) != 1 or any(getattr(cfg, a, False) for a in ABLATIONS))
 
@@ -193,8 +179,6 @@ def decoding_order(models, cfg):
     if order_flags_given(cfg):
         for model in models:
             check_model_matches_task(model, cfg)
-        from fairseq_plugins.orders import order_from_config
-
         return order_from_config(cfg)
     orders = {getattr(m, "generation_order", None) for m in models}
     orders = {o for o in orders if o is not None and not o.is_plain_l2r}
@@ -206,16 +190,17 @@ def decoding_order(models, cfg):
 
 def validate_options(cfg):
     """Clear errors for flag combinations that cannot work (say what is wrong and how to fix it)."""
-    if cfg.target_order is not None and cfg.target_order not in ORDERS:
+    if cfg.target_order is not None and cfg.target_order not in ORDER_NAMES:
         raise FastTranslationOptionError(
-            f"--target-order {cfg.target_order!r} is unknown; choose one of {', '.join(ORDERS)}")
-    if cfg.drafter is not None and cfg.drafter not in DRAFTERS:
-        raise FastTranslationOptionError(f"--drafter {cfg.drafter!r} is unknown; choose one of {', '.join(DRAFTERS)}")
-    if cfg.acceptance not in ACCEPTANCES:
-        raise FastTranslationOptionError(
-            f"--acceptance {cfg.acceptance!r} is unknown; choose one of {', '.join(ACCEPTANCES)}")
-    if cfg.block_size is not None and cfg.block_size < 1:
-        raise FastTranslationOptionError(f"--block-size must be >= 1 (got {cfg.block_size})")
+            f"--target-order {cfg.target_order!r} is unknown; choose one of {', '.join(ORDER_NAMES)}")
+    try:
+        if cfg.drafter is not None:
+            DRAFTERS.check(cfg.drafter)
+        ACCEPTANCES.check(cfg.acceptance)
+        if cfg.block_size is not None:
+            check_block_size(cfg.block_size)
+    except ValueError as err:
+        raise FastTranslationOptionError(str(err)) from None
     if cfg.tokens_per_direction < 1:
         raise FastTranslationOptionError(f"--tokens-per-direction must be >= 1 (got {cfg.tokens_per_direction})")
     if cfg.drafter is not None and ((cfg.target_order or "l2r") != "l2r" or cfg.tokens_per_direction != 1):
@@ -224,22 +209,25 @@ def validate_options(cfg):
             "--tokens-per-direction (they select the multi-token beam search instead)")
     if cfg.jacobi_length not in ("max", "greedy_oracle"):
         raise FastTranslationOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
-    from fairseq_plugins.orders import OrderError, order_from_config
-
     try:
         order = order_from_config(cfg)
     except OrderError as err:
         raise FastTranslationOptionError(str(err)) from None
-    if cfg.double_topk and order_flags_given(cfg) and (order is None or order.h != 2 or order.c != 1):
+    check_double_topk(cfg, order, given=order_flags_given(cfg))
+
+
+def check_double_topk(cfg, order, given: bool):
+    """The one DOUBLETOPK rule (Imamura & Sumita): two directions of one token each.  ``order``: the
+    run's (None: plain left-to-right); ``given``: whether it is known yet (flags or the checkpoint)."""
+    if cfg.double_topk and given and (order is None or order.h != 2 or order.c != 1):
         raise FastTranslationOptionError(
-            "--double-topk is Imamura & Sumita's search for two directions, one token each: use it with "
-            "--target-order head_tail or interleave and --tokens-per-direction 1")
+            f"--double-topk is Imamura & Sumita's search for two directions, one token each, but the order is "
+            f"{order.signature if order is not None else 'plain left-to-right'}: use it with a model trained with "
+            "--target-order head_tail or interleave and --tokens-per-direction 1, or drop --double-topk")
 
 
 def check_model_matches_task(model, cfg):
     """A model trained with one order cannot be decoded with another (its positions/mask differ)."""
-    from fairseq_plugins.orders import order_signature_of_config, order_signature_of_model
-
     trained = order_signature_of_model(model)  # None: plain l2r, e.g. any stock fairseq model
     wanted = order_signature_of_config(cfg)
     if trained != wanted:

@@ -23,12 +23,10 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
 from fairseq_plugins.data.mask_dictionary import MASK_SYMBOL, with_mask
-from fairseq_plugins.data.nar_drafter_batch import drafter_sample
+from fairseq_plugins.data.nar_drafter_batch import STATE_KEY, drafter_sample
+from fairseq_plugins.decoding.drafters.base import check_block_size
 
 logger = logging.getLogger(__name__)
-
-#: key of the drafter's record in the checkpoint's task_state
-STATE_KEY = "nar_drafter"
 
 
 class NARDrafterOptionError(ValueError):
@@ -56,8 +54,7 @@ class NARDrafterTask(TranslationTask):
     cfg: NARDrafterConfig
 
     def __init__(self, cfg, src_dict, tgt_dict):
-        if cfg.block_size < 1:
-            raise NARDrafterOptionError(f"--block-size must be >= 1 (got {cfg.block_size})")
+        check_block_size(cfg.block_size)
         if getattr(cfg, "eval_bleu", False):
             raise NARDrafterOptionError(
                 "--eval-bleu decodes with fairseq's generator, which the drafter does not support; drop it "

@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from fairseq_plugins.decoding.drafters import Drafter, DrafterNotAvailableError, StepResult
+from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, DrafterNotAvailableError, StepResult
 from fairseq_plugins.decoding.step import VocabProjection
 
 TRAIN_HEADS_HINT = (
@@ -31,7 +31,8 @@ TRAIN_HEADS_HINT = (
     "(configs/models/blockwise_*.args), then decode the new checkpoint with --drafter blockwise")
 
 
-class BlockwiseDrafter(Drafter):
+@DRAFTERS.register("blockwise", help="blockwise parallel decoding (Stern et al.): the checkpoint's proposal heads")
+class BlockwiseDrafter(BlockDrafter):
     name = "blockwise"
 
     def __init__(self, model, block_size: Optional[int] = None):
@@ -42,17 +43,21 @@ class BlockwiseDrafter(Drafter):
                 f"{type(model).__name__} without them; {TRAIN_HEADS_HINT}")
         k = heads.k
         block = k if block_size is None else block_size
-        if block < 1:
-            raise ValueError(f"--block-size must be >= 1 (got {block})")
+        super().__init__(block)
         if block > k:
             raise DrafterNotAvailableError(
                 f"--block-size {block} is larger than the checkpoint's K={k} heads (--block-heads {k} at training); "
                 f"pass --block-size {k} or less (or omit it), or train a model with more heads")
         self.model = model
         self.heads = heads
-        self.block = block
         self.h: Optional[torch.Tensor] = None  # (B, d): the verifier's hidden state the heads read next
         self.project = VocabProjection(model.decoder)  # the shared output projection, from a cached W^T
+
+    @classmethod
+    def from_config(cls, cfg, task, models):
+        if not models:
+            raise DrafterNotAvailableError("--drafter blockwise reads its heads from the verifier model: pass --path")
+        return cls(models[0], cfg.block_size)
 
     def max_draft(self, max_len):
         return self.block - 1
@@ -61,16 +66,16 @@ class BlockwiseDrafter(Drafter):
         super().begin(ctx)
         self.h = None  # the first call only proposes
 
-    def propose(self, out, n_gen):
+    def propose(self, out, n_gen, longest=None):
         """Heads 2..b on the hidden state ``observe`` kept: computed only when the engine asks for
         a draft, so iterations the width policy runs as plain steps cost no head and no projection
         (at batch 32 the b-1 heads' vocabulary projection costs more than the verifier's own)."""
         if self.h is None:
-            return out.new_empty((out.size(0), 0))
+            return Draft.none(n_gen)
         x = self.heads(self.h, 2, self.block)                           # (B, b-1, d)
         logits = self.project(x)                                        # (B, b-1, V)
         logits[:, :, self.ctx.pad] = -float("inf")
-        return logits.argmax(dim=-1)
+        return Draft.of(logits.argmax(dim=-1), self.ctx.pad)
 
     def observe(self, step: StepResult):
         if self.block < 2:  # no head to run: every call is a plain step
@@ -85,8 +90,3 @@ class BlockwiseDrafter(Drafter):
         if self.h is not None:
             self.h = self.h.index_select(0, rows)
 
-
-def from_config(cfg, task, models) -> BlockwiseDrafter:
-    if not models:
-        raise DrafterNotAvailableError("--drafter blockwise reads its heads from the verifier model: pass --path")
-    return BlockwiseDrafter(models[0], cfg.block_size)

@@ -26,31 +26,27 @@ mapped to target ids through their strings (``<unk>`` where the target lacks a p
 """
 import torch
 
-from fairseq_plugins.decoding.drafters import Drafter, StepResult, block_size_of
+from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
 
 _NO_MATCH = -1   # source-side value that never equals an output token (BOS slot)
 _SENTINEL = -2   # source-side value of the trailing PAD sentinel / padding for matching
 
 
-class InputCopyDrafter(Drafter):
+@DRAFTERS.register("input_copy", help="input-guided aggressive decoding, IAD (copies the source; --copy-ngram)")
+class InputCopyDrafter(BlockDrafter):
     adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     name = "input_copy"
 
     def __init__(self, block_size: int, ngram: int, src_to_tgt=None):
-        if block_size < 1:
-            raise ValueError(f"--block-size must be >= 1 (got {block_size})")
+        super().__init__(block_size)
         if not 1 <= ngram <= 3:
             raise ValueError(f"--copy-ngram must be 1, 2 or 3 (got {ngram})")
-        self.block = block_size
         self.q = ngram
         self.src_to_tgt = src_to_tgt  # LongTensor id map, or None when the dictionaries are one
 
     @classmethod
-    def from_config(cls, cfg, task):
+    def from_config(cls, cfg, task, models=()):
         return cls(block_size_of(cfg), cfg.copy_ngram, source_to_target_map(task.source_dictionary, task.target_dictionary))
-
-    def max_draft(self, max_len):
-        return self.block
 
     def begin(self, ctx):
         super().begin(ctx)
@@ -78,14 +74,14 @@ class InputCopyDrafter(Drafter):
         self.anchor = torch.zeros(bsz, dtype=torch.long, device=src.device)  # o_0 = x_0 = BOS
         self.stale = False
 
-    def propose(self, out, n_gen):
+    def propose(self, out, n_gen, longest=None):
         if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
             self.anchor, self.stale = self._rematch(out, n_gen), False
         slots = torch.arange(1, self.block + 1, device=out.device)
         idx = (self.anchor.unsqueeze(1) + slots).clamp(max=self.x.size(1) - 1)
         draft = self.x.gather(1, idx)
         beyond = (self.anchor.unsqueeze(1) + slots) >= self.x.size(1)
-        return draft.masked_fill(beyond | (self.anchor < 0).unsqueeze(1), self.ctx.pad)
+        return Draft.of(draft.masked_fill(beyond | (self.anchor < 0).unsqueeze(1), self.ctx.pad), self.ctx.pad)
 
     def observe(self, step: StepResult):
         if step.draft.size(1) == 0:  # a plain step (nothing was drafted): re-anchor only when drafting again

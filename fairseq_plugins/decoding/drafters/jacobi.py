@@ -28,28 +28,29 @@ the next block's first guess instead of PAD; it costs nothing and keeps the outp
 """
 import torch
 
-from fairseq_plugins.decoding.drafters import Drafter, StepResult, block_size_of
+from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
 
 
-class JacobiDrafter(Drafter):
+@DRAFTERS.register("jacobi_pj", "jacobi_pgj", "jacobi_hgj",
+                   help="Jacobi decoding (Santilli et al.): PJ, PGJ, HGJ (Alg. 1-3); PJ/PGJ take --jacobi-length")
+class JacobiDrafter(BlockDrafter):
     adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     drafts_after_plain_steps = False  # after a plain step the next positions hold no prediction yet
     needs_all_columns = True  # the verifier's predictions at every fed position are the next iterate (Eq. 4)
+
     def __init__(self, variant: str, block_size: int, record: bool = False):
         if variant not in ("pj", "pgj", "hgj"):
             raise ValueError(f"unknown Jacobi variant {variant!r}")
-        if block_size < 1:
-            raise ValueError(f"--block-size must be >= 1 (got {block_size})")
+        super().__init__(block_size)
         self.variant = variant
         self.name = "jacobi_" + variant
-        self.block = block_size
         self.needs_target_length = variant in ("pj", "pgj")
         self.adaptive_block = variant != "pj"  # PJ drafts the whole target by definition (Alg. 1)
         self.record = record  # keep every iterate (DDGviz)
         self.history = []
 
     @classmethod
-    def from_config(cls, cfg):
+    def from_config(cls, cfg, task=None, models=()):
         return cls(cfg.drafter.split("_", 1)[1], block_size_of(cfg))
 
     def max_draft(self, max_len):
@@ -76,18 +77,15 @@ class JacobiDrafter(Drafter):
             return left
         return torch.minimum(self.block - n_gen % self.block, left)
 
-    def propose(self, out, n_gen):
+    def propose(self, out, n_gen, longest=None):
         remaining = self._remaining(n_gen)
         k = self.ctx.max_len if self.variant == "pj" else self.block  # PJ: the whole target (the engine trims
         # the call to the widest row's remaining draft, so no host sync here)
         slots = torch.arange(k, device=out.device)
         idx = (n_gen.unsqueeze(1) + 1 + slots).clamp(max=self.guess.size(1) - 1)
         draft = self.guess.gather(1, idx)
-        self._lengths = remaining.clamp(max=k)  # PAD-initialised positions are scored too (their output is y^{k+1})
-        return draft.masked_fill(slots.unsqueeze(0) >= remaining.unsqueeze(1), self.ctx.pad)
-
-    def lengths(self, draft):
-        return self._lengths
+        # PAD-initialised positions are scored too (their output is y^{k+1})
+        return Draft(draft.masked_fill(slots.unsqueeze(0) >= remaining.unsqueeze(1), self.ctx.pad), remaining.clamp(max=k))
 
     def observe(self, step: StepResult):
         m = step.top.size(1)

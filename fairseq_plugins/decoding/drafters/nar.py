@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 
 from fairseq_plugins.data.mask_dictionary import check_aligned
-from fairseq_plugins.data.nar_drafter_batch import block_input
-from fairseq_plugins.decoding.drafters import Drafter, DrafterNotAvailableError
+from fairseq_plugins.data.nar_drafter_batch import STATE_KEY, block_input
+from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, DrafterNotAvailableError
 from fairseq_plugins.decoding.step import DecoderStep
 
 
@@ -47,8 +47,7 @@ def load_drafter(path, task):
 
     Returns ``(model, trained_block_size)``; the model is in eval mode on the CPU in fp32."""
     from fairseq import checkpoint_utils
-
-    from fairseq_plugins.tasks.nar_drafter import STATE_KEY, NARDrafterTask
+    from fairseq.tasks import TASK_REGISTRY  # --task nar_drafter, registered by the plugin (no import cycle)
 
     if not path:
         raise DrafterNotAvailableError(
@@ -85,36 +84,33 @@ def load_drafter(path, task):
         check_aligned(theirs, list(ours.symbols), side, f"{path}, trained on {_dict_path(drafter_data, lang)}",
                       _dict_path(task.cfg.data, our_lang))
     model_cfg = cfg["model"]
-    drafter_task = NARDrafterTask(cfg["task"], task.source_dictionary, task.target_dictionary)  # appends [MASK]
+    drafter_task = TASK_REGISTRY["nar_drafter"](cfg["task"], task.source_dictionary, task.target_dictionary)  # + [MASK]
     model = drafter_task.build_model(model_cfg, from_checkpoint=True)
     model.load_state_dict(state["model"], strict=True, model_cfg=model_cfg)
     model.eval()
     return model, int(record["block_size"])
 
 
-class NARDrafter(Drafter):
+@DRAFTERS.register("nar", help="GAD's NAR drafter model (--drafter-path; --acceptance all: the drafter alone)")
+class NARDrafter(BlockDrafter):
     name = "nar"
     standalone = True  # has its own model: can also decode alone (--acceptance all)
+    proposes_after_sync = True  # its input is as wide as the longest prefix (a host number: no sync of its own)
 
     def __init__(self, model, block_size: int, trained_block: int, vocab_size: int, pad: int, verifier=None):
-        if block_size < 1:
-            raise ValueError(f"--block-size must be >= 1 (got {block_size})")
+        super().__init__(block_size)
         if block_size > trained_block:
             raise NARDrafterError(
                 f"--block-size {block_size} exceeds the drafter's block size k={trained_block} (it predicts "
                 f"{trained_block} tokens per pass); decode with --block-size <= {trained_block} or train a drafter "
                 f"with --block-size {block_size}")
         self.model = model
-        self.block = block_size
         self.k = trained_block
         self.vocab = vocab_size          # the verifier's: ids >= vocab ([MASK]) are never proposed
         self.pad = pad
         self.mask = vocab_size           # appended after every verifier symbol
         self.verifier = verifier
         self.max_positions = model.decoder.max_positions()
-        self.min_len = 0                 # EOS banned at steps < min_len (set by the drafter-alone generator)
-        self.keep_scores = False         # keep the draft's log-probs (drafter-alone hypotheses' scores)
-        self.draft_lprobs = None
         self.step = DecoderStep(model.decoder)  # reads the drafter's weights (re-read every batch)
 
     @classmethod
@@ -125,9 +121,6 @@ class NARDrafter(Drafter):
         tgt = task.target_dictionary
         block = trained if cfg.block_size is None else cfg.block_size  # unset --block-size: the drafter's own k
         return cls(model, block, trained, len(tgt), tgt.pad(), verifier=models[0] if models else None)
-
-    def max_draft(self, max_len):
-        return self.block
 
     def _follow_verifier(self, like: Tensor):
         """Same device and dtype as the verifier (fairseq-generate moves it after loading)."""
@@ -154,25 +147,30 @@ class NARDrafter(Drafter):
         return self.step(None, inp, slots, causal=False, attn_mask=attn_mask, encoder=self.encoder,
                          project=slice(first, first + self.block))[0]
 
-    def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
-        inp, slots = block_input(out, n_gen, self.k, self.pad, self.mask, with_slots=True)
+    def propose(self, out: Tensor, n_gen: Tensor, longest=None) -> Draft:
+        """The argmax of the first ``K`` mask slots; with ``ctx.final`` (the drafter alone) under
+        fairseq's constraints (PAD, unk, no EOS before min_len, EOS forced at max_len), with scores."""
+        inp, slots = block_input(out, n_gen, self.k, self.pad, self.mask, longest=longest, with_slots=True)
         if inp.size(1) > self.max_positions:  # past the drafter's positions: no draft (plain greedy steps)
-            return n_gen.new_full((n_gen.size(0), self.block), self.pad)
-        return self.choose(self.block_logits(inp, slots), n_gen)
+            if self.ctx.final:
+                raise NARDrafterError(
+                    f"the drafter reads at most {self.max_positions} positions, too few for prefixes of up to "
+                    f"{self.ctx.max_len} tokens + {self.k} masks; lower --max-len-a/--max-len-b for --acceptance all")
+            return Draft(n_gen.new_full((n_gen.size(0), self.block), self.pad), n_gen.new_zeros(n_gen.size(0)), width=0)
+        return self.draft(self.block_logits(inp, slots), n_gen)
 
-    def choose(self, logits: Tensor, n_gen: Tensor) -> Tensor:
-        """The draft ``(B, K)`` from the drafter's logits of its first ``K`` mask slots."""
+    def draft(self, logits: Tensor, n_gen: Tensor) -> Draft:
+        """The :class:`Draft` of the drafter's logits ``(B, K, >= V)`` of its first ``K`` mask slots."""
         logits = logits[:, :, : self.vocab]
-        logits[:, :, self.pad] = -torch.inf
-        if self.min_len > 0:  # fairseq's min_len: no EOS at steps < min_len (step of slot i = n_gen + i)
-            steps = n_gen.unsqueeze(1) + torch.arange(self.block, device=n_gen.device)
-            logits[:, :, self.ctx.eos].masked_fill_(steps < self.min_len, -torch.inf)
-        if self.keep_scores:
-            lprobs = torch.log_softmax(logits.float(), dim=-1)
-            top_lp, draft = lprobs.max(dim=-1)
-            self.draft_lprobs = top_lp
-            return draft
-        return logits.argmax(dim=-1)
+        full = n_gen.new_full((n_gen.size(0),), self.block)
+        if not self.ctx.final:
+            logits[:, :, self.pad] = -torch.inf
+            return Draft(logits.argmax(dim=-1), full, width=self.block)
+        lprobs = torch.log_softmax(logits.float(), dim=-1)
+        steps = n_gen.unsqueeze(1) + torch.arange(self.block, device=n_gen.device)  # slot i is step n_gen + i
+        self.ctx.constraints.apply(lprobs, steps, self.ctx.max_len)
+        scores, tokens = lprobs.max(dim=-1)
+        return Draft(tokens, full, scores=scores, width=self.block)
 
     def select_rows(self, rows):
         self.encoder.select_rows(rows)

@@ -21,6 +21,7 @@ import math
 import torch
 from torch import Tensor
 
+from fairseq_plugins.decoding.drafters.base import Draft
 from fairseq_plugins.decoding.drafters.nar import NARDrafter, NARDrafterError
 from fairseq_plugins.models.shallow_drafter import fingerprint_matches
 
@@ -35,19 +36,17 @@ class ShallowDrafter(NARDrafter):
                 "--task nar_drafter --arch shallow_drafter_tiny --verifier-path VERIFIER.pt")
         super().__init__(model, block_size, trained_block, vocab_size, pad, verifier=verifier)
         self.cache = None
-        self.cached = []  # host: tokens of each row in the cache (BOS counts)
         self._arange, self._masks, self._dtype = None, {}, None
         self._projection, self._projection_key = None, None
 
     def begin(self, ctx):
         super(NARDrafter, self).begin(ctx)
         self._follow_verifier(ctx.src_tokens)
-        encoder_out = getattr(ctx, "encoder_out", None)
+        encoder_out = ctx.encoder_out
         if encoder_out is None:  # the drafter alone (--acceptance all): no verifier call computed it
             net_input = {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths}
             encoder_out = self.verifier.encoder.forward_torchscript(net_input)
         self.cache = self.step.begin(encoder_out, capacity=ctx.max_len + 2 + self.k)
-        self.cached = [0] * ctx.src_tokens.size(0)
         device = ctx.src_tokens.device
         w = self.model.decoder.output_projection.weight
         if (self._arange is None or self._arange.device != device or self._arange.numel() < ctx.width + self.k + 1
@@ -58,29 +57,62 @@ class ShallowDrafter(NARDrafter):
             n = self.model.decoder.draft_vocab or w.size(0)
             self._projection, self._projection_key = w[:n].detach().t().contiguous(), key
 
-    def block_input(self, out: Tensor, fresh: list):
-        """``(tokens, slots, attn_mask, first)`` of one call: per row its ``fresh`` uncached tokens of
-        ``out`` (BOS at column 0), then k masks, then PAD; each column's logical slot; the mask over
-        the cache and the call's columns (the new tokens causal, the masks seeing every new token and
-        mask); the column of each row's first mask."""
-        k, device, cache = self.k, out.device, self.cache
-        if cache.aligned and min(fresh) == max(fresh):  # every row alike (always at batch 1): slices, a kept mask
-            c, f = cache.max_length, fresh[0]
-            tokens = torch.cat([out[:, c : c + f], out.new_full((out.size(0), k), self.mask)], dim=1)
-            return tokens, self._arange[c : c + f + k], self._mask(c, f), f
-        first = torch.tensor(fresh, device=device)
-        base = cache.lengths
-        cols = torch.arange(max(fresh) + k, device=device).unsqueeze(0)
-        src = (base.unsqueeze(1) + cols).clamp(max=out.size(1) - 1)
+    def propose(self, out: Tensor, n_gen: Tensor, longest=None) -> Draft:
+        if longest is None:
+            longest = int(n_gen.max())
+        if longest + 1 + self.k > self.max_positions:  # past the drafter's positions: no draft
+            if self.ctx.final:
+                raise NARDrafterError(f"the drafter reads at most {self.max_positions} positions, too few for "
+                                      f"{self.ctx.max_len} tokens + {self.k} masks; lower --max-len-a/--max-len-b")
+            return Draft(n_gen.new_full((n_gen.size(0), self.block), self.pad), n_gen.new_zeros(n_gen.size(0)), width=0)
+        return self.draft(self.block_logits(out, n_gen, longest), n_gen)
+
+    def draft(self, logits: Tensor, n_gen: Tensor) -> Draft:
+        if self.ctx.final and logits.size(-1) < self.vocab:  # the drafter alone: fairseq's constraints read (.., V)
+            logits = torch.nn.functional.pad(logits, (0, self.vocab - logits.size(-1)), value=-math.inf)
+        return super().draft(logits, n_gen)
+
+    def block_logits(self, out: Tensor, n_gen: Tensor, longest: int) -> Tensor:
+        """Logits ``(B, K, N)`` (N: the drafter's output vocabulary) of the first ``K`` mask slots after
+        each row's prefix ``out[b, :n_gen[b] + 1]`` (``longest = max(n_gen)``); the tokens not yet
+        cached are appended to the cache."""
+        cache = self.cache
+        if out.size(0) == 1:  # one row (its cache aligned, its length known): slices and a kept mask
+            c = cache.max_length
+            f = longest + 1 - c
+            tokens = torch.cat([out[:, c : c + f], out.new_full((out.size(0), self.k), self.mask)], dim=1)
+            _, hidden = self.step(cache, tokens, self._arange[c : c + f + self.k], attn_mask=self._mask(c, f),
+                                  project=None)
+            hidden = hidden[:, f : f + self.block]
+            cache.advance(f)  # the new tokens stay in the cache (the masks' entries are overwritten next time)
+        else:
+            tokens, slots, attn_mask, first = self.block_input(out, n_gen)
+            _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None)
+            at = first.unsqueeze(1) + self._arange[: self.block]  # the draft's mask slots, per row
+            hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+            cache.commit(first, longest + 1, False)
+        return hidden @ self._projection
+
+    def block_input(self, out: Tensor, n_gen: Tensor):
+        """Rows of different cache lengths: ``(tokens, slots, attn_mask, first)``: per row its tokens
+        not yet cached (BOS at column 0 of ``out``), then k masks, then PAD; each column's logical
+        slot; the mask over the cache and the call's columns (the new tokens causal, the masks
+        seeing every new token and mask); the number of new tokens (the column of the first mask)."""
+        k, cache = self.k, self.cache
+        first = n_gen + 1 - cache.lengths
+        cols = self._arange[: int(first.max()) + k].unsqueeze(0)  # a host read: the widest call of the batch
+        src = (cache.lengths.unsqueeze(1) + cols).clamp(max=out.size(1) - 1)
         new = cols < first.unsqueeze(1)
         tokens = torch.where(new, out.gather(1, src), torch.where(cols < first.unsqueeze(1) + k, self.mask, self.pad))
-        slots = (base.unsqueeze(1) + cols).clamp(max=self.max_positions - 1)  # PAD columns: any slot, unused
+        slots = src.clamp(max=self.max_positions - 1)  # PAD columns: any slot, never attended to
         reach = torch.where(new, cols + 1, first.unsqueeze(1) + k)  # how many of the call's columns each sees
-        keys = torch.arange(cache.max_length + cols.size(1), device=device).view(1, 1, 1, -1)
-        return tokens, slots, keys < (base.view(-1, 1, 1, 1) + reach.unsqueeze(1).unsqueeze(3)), first.unsqueeze(1)
+        keys = self._arange[: cache.max_length + cols.size(1)].view(1, 1, 1, -1)
+        allowed = keys < (cache.lengths.view(-1, 1, 1, 1) + reach.unsqueeze(1).unsqueeze(3))
+        mask = torch.zeros(allowed.shape, dtype=self._dtype, device=out.device).masked_fill_(~allowed, -math.inf)
+        return tokens, slots, mask, first
 
     def _mask(self, cached: int, fresh: int) -> Tensor:
-        """``(fresh + k, cached + fresh + k)``: new tokens causal, masks see all (rows alike)."""
+        """``(fresh + k, cached + fresh + k)`` additive: new tokens causal, masks see all (rows alike)."""
         key = (cached, fresh)
         mask = self._masks.get(key)
         if mask is None:
@@ -95,31 +127,8 @@ class ShallowDrafter(NARDrafter):
             self._masks[key] = mask
         return mask
 
-    def propose(self, out: Tensor, n_gen: Tensor) -> Tensor:
-        n_host = n_gen.tolist()  # the one host read of the drafter per iteration (a no-op on a CPU)
-        if max(n_host) + 1 + self.k > self.max_positions:  # past the drafter's positions: no draft
-            return n_gen.new_full((n_gen.size(0), self.block), self.pad)
-        return self.choose(self.block_logits(out, n_host), n_gen)
-
-    def block_logits(self, out: Tensor, n_host: list) -> Tensor:
-        """Logits ``(B, K, N)`` (N: the drafter's output vocabulary) of the first ``K`` mask slots after
-        each row's prefix ``out[b, :n_host[b] + 1]``; the tokens not yet cached are appended to the cache."""
-        fresh = [n + 1 - c for n, c in zip(n_host, self.cached)]
-        tokens, slots, attn_mask, first = self.block_input(out, fresh)
-        _, hidden = self.step(self.cache, tokens, slots, attn_mask=attn_mask, project=None)
-        if isinstance(first, int):
-            hidden = hidden[:, first : first + self.block]
-        else:  # the draft's mask slots, per row
-            at = first + self._arange[: self.block]
-            hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
-        self.cached = [n + 1 for n in n_host]
-        if isinstance(first, int):  # the new tokens only stay in the cache (the masks' entries are overwritten)
-            self.cache.advance(first)
-        else:
-            self.cache.commit(first.squeeze(1), max(self.cached), min(self.cached) == max(self.cached))
-        return hidden @ self._projection
-
     def select_rows(self, rows):
-        kept = rows.tolist()
-        self.cached = [self.cached[i] for i in kept]
-        self.cache.select_rows(rows, aligned=min(self.cached) == max(self.cached), max_length=max(self.cached))
+        if rows.numel() == 1:  # one row left: its length, read once, makes the cache aligned again
+            self.cache.select_rows(rows, aligned=True, max_length=int(self.cache.lengths[rows[0]]))
+        else:  # max_length stays an upper bound; every row's own length is masked per row
+            self.cache.select_rows(rows, aligned=False)
