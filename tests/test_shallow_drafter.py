@@ -159,3 +159,9 @@ def test_training_options_are_checked(tiny_corpus, tiny_model):
     assert not model.encoder.encoder.training  # the verifier's encoder stays in eval mode
     trained = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trained and not [n for n in trained if n.startswith("encoder.")]
+    state = model.state_dict()  # as a checkpoint holds it: no encoder; loading keeps the attached one
+    assert not [k for k in state if k.startswith("encoder.")]
+    model.load_state_dict(state, strict=True)
+    state["verifier_fingerprint"] = state["verifier_fingerprint"].flip(1)  # a drafter of another verifier
+    with pytest.raises(ShallowDrafterError, match="trained against another verifier than --verifier-path"):
+        model.load_state_dict(state, strict=True)
