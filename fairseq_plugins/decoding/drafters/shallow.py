@@ -112,20 +112,18 @@ class ShallowDrafter(NARDrafter):
         return tokens, slots, mask, first
 
     def _mask(self, cached: int, fresh: int) -> Tensor:
-        """``(fresh + k, cached + fresh + k)`` additive: new tokens causal, masks see all (rows alike)."""
-        key = (cached, fresh)
-        mask = self._masks.get(key)
-        if mask is None:
-            if len(self._masks) > 4096:
-                self._masks.clear()
-            m = fresh + self.k
+        """``(fresh + k, cached + fresh + k)`` additive: new tokens causal, masks see all (one row):
+        a view of one mask per ``fresh`` over the longest cache (every cached column visible)."""
+        full = self._masks.get(fresh)
+        if full is None:
+            m, width = fresh + self.k, self._arange.numel() - 1
             reach = self._arange[1 : m + 1].clone()  # column i of the call sees i + 1 of its columns ...
             reach[fresh:] = m  # ... a mask slot all of them
-            allowed = self._arange[: cached + m].unsqueeze(0) < (cached + reach).unsqueeze(1)
+            allowed = torch.arange(width + m, device=reach.device).unsqueeze(0) < (width + reach).unsqueeze(1)
             # additive, as the lean step's own masks: SDPA would convert a boolean one in every layer
-            mask = torch.zeros(allowed.shape, dtype=self._dtype, device=allowed.device).masked_fill_(~allowed, -math.inf)
-            self._masks[key] = mask
-        return mask
+            full = torch.zeros(allowed.shape, dtype=self._dtype, device=allowed.device).masked_fill_(~allowed, -math.inf)
+            self._masks[fresh] = full
+        return full[:, full.size(1) - cached - fresh - self.k :]
 
     def select_rows(self, rows):
         if rows.numel() == 1:  # one row left: its length, read once, makes the cache aligned again
