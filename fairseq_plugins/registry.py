@@ -38,4 +38,8 @@ class Registry:
             raise ValueError(f"{self.option} {name!r} is unknown; choose one of {', '.join(self._entries)}")
 
     def help(self) -> str:
-        return "; ".join(f"{name}: {text}" for name, text in self._help.items())
+        """``a, b: help; c: help``: names registered together share their help."""
+        groups: Dict[str, list] = {}
+        for name, text in self._help.items():
+            groups.setdefault(text, []).append(name)
+        return "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items())

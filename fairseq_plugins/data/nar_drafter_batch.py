@@ -55,7 +55,7 @@ def sample_prefix_lengths(target: Tensor, pad: int, generator=None) -> Tensor:
     """``p`` uniform in ``0..m-1`` per row, ``m`` = target length incl. EOS (GAD §3.2.1: the block
     always holds at least one real target; ``p = m-1`` asks for the EOS alone)."""
     length = target.ne(pad).long().sum(dim=1).cpu()
-    u = torch.rand(length.shape, generator=generator)
+    u = torch.rand(length.shape, generator=generator, device="cpu")  # a CPU generator: same draws on any device
     p = (u * length.double()).long()
     return torch.minimum(p, (length - 1).clamp(min=0)).to(target.device)
 

@@ -106,7 +106,7 @@ class Verdict:
     fed: Draft                # the draft the call scored (the stats and the width policy count it)
     new: Tensor               # (B, m) tokens to append: accepted draft tokens, then the verifier's own
     new_lp: Tensor            # (B, m) their log-probs
-    offered: Tensor           # (B,) how many of ``new`` go in before the cut at EOS
+    offered: Optional[Tensor]  # (B,) how many of ``new`` go in before the cut at EOS (None: one, a plain step)
     accepted: Tensor          # (B,) draft tokens accepted
     scored: Optional[Scored] = None   # the verifier's columns (None: the drafter alone)
     hidden: Optional[Tensor] = None
@@ -307,8 +307,8 @@ class DraftVerifyGenerator:
             scored = self.scorer.all_columns(logits, cols, rows.score, draft.tokens, run.acceptance)
         used = scored.top.size(1)  # the columns any row uses
         accepted, top = scored.accepted, scored.top
-        if used == 1:  # a plain greedy step
-            return Verdict(draft, top, scored.top_lprob, accepted + 1, accepted, scored, hidden)
+        if used == 1:  # a plain greedy step: one token per row, nothing to cut
+            return Verdict(draft, top, scored.top_lprob, None, accepted, scored, hidden)
         fed = run.arange[:used].unsqueeze(0)
         new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft.tokens[:, : used - 1], top[:, -1:]], 1), top)
         new_lp = scored.lprobs.gather(2, new.unsqueeze(2)).squeeze(2)

@@ -15,5 +15,5 @@ def build_drafter(cfg, task, models=()) -> Drafter:
     return DRAFTERS[cfg.drafter].from_config(cfg, task, models)
 
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "DRAFTERS", "BlockDrafter", "Draft", "DraftContext", "Drafter", "DrafterNotAvailableError",
-           "NoDraft", "StepResult", "block_size_of", "build_drafter", "check_block_size"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "DRAFTERS", "BlockDrafter", "Draft", "DraftContext", "Drafter",
+           "DrafterNotAvailableError", "NoDraft", "StepResult", "block_size_of", "build_drafter", "check_block_size"]

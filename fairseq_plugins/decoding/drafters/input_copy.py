@@ -126,4 +126,5 @@ def source_to_target_map(src_dict, tgt_dict):
     """None when both dictionaries are the same list of symbols, else an id map through strings."""
     if src_dict is tgt_dict or list(src_dict.symbols) == list(tgt_dict.symbols):
         return None
-    return torch.tensor([tgt_dict.index(sym) for sym in src_dict.symbols], dtype=torch.long)
+    # built on the host once; begin() moves it to the sources' device
+    return torch.tensor([tgt_dict.index(sym) for sym in src_dict.symbols], dtype=torch.long, device="cpu")

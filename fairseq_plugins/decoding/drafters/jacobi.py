@@ -32,7 +32,7 @@ from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft
 
 
 @DRAFTERS.register("jacobi_pj", "jacobi_pgj", "jacobi_hgj",
-                   help="Jacobi decoding (Santilli et al.): PJ, PGJ, HGJ (Alg. 1-3); PJ/PGJ take --jacobi-length")
+                   help="Jacobi decoding (Santilli et al. Alg. 1-3); PJ/PGJ take --jacobi-length")
 class JacobiDrafter(BlockDrafter):
     adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     drafts_after_plain_steps = False  # after a plain step the next positions hold no prediction yet
@@ -85,7 +85,8 @@ class JacobiDrafter(BlockDrafter):
         idx = (n_gen.unsqueeze(1) + 1 + slots).clamp(max=self.guess.size(1) - 1)
         draft = self.guess.gather(1, idx)
         # PAD-initialised positions are scored too (their output is y^{k+1})
-        return Draft(draft.masked_fill(slots.unsqueeze(0) >= remaining.unsqueeze(1), self.ctx.pad), remaining.clamp(max=k))
+        draft = draft.masked_fill(slots.unsqueeze(0) >= remaining.unsqueeze(1), self.ctx.pad)
+        return Draft(draft, remaining.clamp(max=k))
 
     def observe(self, step: StepResult):
         m = step.top.size(1)
