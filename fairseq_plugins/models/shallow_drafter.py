@@ -229,7 +229,7 @@ class ShallowDrafterModel(FairseqEncoderDecoderModel):
 @register_model_architecture("shallow_drafter", "shallow_drafter_tiny")
 def shallow_drafter_tiny(args):
     """For the CPU demo's verifier (transformer_fast_tiny, d=128): 1 layer, 4 heads, ffn 512
-    (one layer: at batch 1 on a CPU a layer costs about a fifth of a plain engine step)."""
+    (one layer: at batch 1 on a CPU one layer costs about a third of a plain engine step)."""
     args.decoder_layers = getattr(args, "decoder_layers", 1)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
     args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 512)
