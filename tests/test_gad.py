@@ -12,13 +12,13 @@ Two drafters are trained through fairseq-train (cached like the other fixtures):
 """
 import copy
 import hashlib
-import sys
 
 import pytest
 import torch
 
 from conftest import PLUGIN_DIR, REPO, cached, fairseq_cli, run
-from engine_helpers import MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches, reference_greedy
+from engine_helpers import (MAX_LEN_B, decode_all, distill_test_set, engine, load, mismatches, mixed_batches,
+                            reference_greedy)
 
 PAD, EOS, BOS, MASK = 1, 2, 2, 99
 
@@ -64,19 +64,7 @@ def oracle_drafter(tiny_corpus, tiny_model):
     """Trained on the verifier's greedy outputs of the test sources (sequence-level distillation of
     exactly the sentences it will draft for)."""
     def build(save):
-        models, task = load(tiny_corpus, tiny_model)
-        ds = task.dataset("test")
-        ref = reference_greedy(models, task, mixed_batches(task, 16))
-        raw = save / "raw"
-        raw.mkdir()
-        src = [task.source_dictionary.string(ds[i]["source"]) for i in range(len(ds))]
-        hyp = [task.target_dictionary.string(ref[i]["tokens"]) for i in range(len(ds))]
-        (raw / "train.en").write_text("\n".join(src) + "\n")
-        (raw / "train.de").write_text("\n".join(hyp) + "\n")
-        b = tiny_corpus / "bin"
-        run([sys.executable, "-m", "fairseq_cli.preprocess", "-s", "en", "-t", "de", "--srcdict", str(b / "dict.en.txt"),
-             "--tgtdict", str(b / "dict.de.txt"), "--trainpref", str(raw / "train"), "--destdir", str(save / "bin"),
-             "--workers", "1"])
+        distill_test_set(tiny_corpus, tiny_model, save)
         _train_drafter(save / "bin", save, tiny_model, 200, 4096)
 
     return cached("gad-oracle-drafter", [str(tiny_model), _code_key(), MAX_LEN_B] + DRAFTER_ARGS, build) / "checkpoint_last.pt"

@@ -103,6 +103,8 @@ class NARDrafterLoss(FairseqCriterion):
             pred = logits.detach().argmax(dim=-1)
             scored = target
         lprobs = F.log_softmax(logits.float(), dim=-1)
+        # a drafter with a smaller output vocabulary (shallow drafter, --draft-vocab) is not scored on the rest
+        scored = scored.masked_fill(scored >= lprobs.size(-1), self.padding_idx)
         loss, nll_loss = label_smoothed_nll_loss(lprobs.view(-1, lprobs.size(-1)), scored.reshape(-1), self.eps,
                                                  ignore_index=self.padding_idx, reduce=reduce)
         sample_size = int(scored.ne(self.padding_idx).sum())

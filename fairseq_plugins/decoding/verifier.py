@@ -30,6 +30,7 @@ class Verifier:
         except UnsupportedDecoderError as err:
             raise UnsupportedVerifierError(f"--drafter: {err}") from None
         self.model = model
+        self.encoder_out = None  # the current batch's encoder output (begin)
 
     def max_source_positions(self) -> Optional[int]:
         enc = self.model.encoder
@@ -38,6 +39,7 @@ class Verifier:
     def begin(self, net_input, capacity: int) -> KVCache:
         """Run the encoder once for the batch; a fresh cache with its keys/values projected."""
         encoder_out = self.model.encoder.forward_torchscript(net_input)
+        self.encoder_out = encoder_out  # the batch's, for a drafter that reads it (DraftContext.encoder_out)
         return self.step.begin(encoder_out, capacity)
 
     def __call__(self, cache: KVCache, tokens: Tensor, slots: Tensor, project: Optional[slice] = slice(None)):

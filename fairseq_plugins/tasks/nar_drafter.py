@@ -43,6 +43,9 @@ class NARDrafterConfig(TranslationConfig):
         default=False, metadata={"help": "with --init-encoder-from: also start the drafter's decoder layers from the "
                                  "verifier's (only the causal mask goes; our choice, not in GAD: a warm start "
                                  "that a short CPU training needs)"})
+    verifier_path: Optional[str] = field(
+        default=None, metadata={"help": "--arch shallow_drafter_*: the verifier the drafter drafts for; its encoder is "
+                                "kept frozen and read by the drafter, its embeddings start the drafter's"})
     seed: int = II("common.seed")
 
 
@@ -99,16 +102,45 @@ class NARDrafterTask(TranslationTask):
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint=from_checkpoint)
         from fairseq_plugins.models.nar_drafter import NARDrafterModel
+        from fairseq_plugins.models.shallow_drafter import ShallowDrafterModel
 
+        if isinstance(model, ShallowDrafterModel):
+            return self._attach_verifier(model, from_checkpoint)
         if not isinstance(model, NARDrafterModel):
             raise NARDrafterOptionError(
-                f"--task nar_drafter trains --arch nar_drafter_tiny/base/big; got {type(model).__name__}")
+                f"--task nar_drafter trains --arch nar_drafter_tiny/base/big or shallow_drafter_tiny/base; got "
+                f"{type(model).__name__}")
+        if getattr(self.cfg, "verifier_path", None):
+            raise NARDrafterOptionError("--verifier-path goes with --arch shallow_drafter_*; the full-size drafter "
+                                        "starts from the verifier with --init-encoder-from VERIFIER.pt")
         init_decoder = getattr(self.cfg, "init_decoder", False)  # absent from drafters saved before the option
         if self.cfg.init_encoder_from and not from_checkpoint:
             init_encoder_from(model, self.cfg.init_encoder_from, decoder=init_decoder)
         elif init_decoder and not from_checkpoint:
             raise NARDrafterOptionError("--init-decoder copies the verifier's decoder: give the verifier with "
                                         "--init-encoder-from VERIFIER.pt")
+        return model
+
+    def _attach_verifier(self, model, from_checkpoint):
+        """The shallow drafter reads the frozen verifier's encoder (a drafter loaded for decoding reads the
+        engine's: nothing to attach)."""
+        if from_checkpoint:
+            return model
+        if self.cfg.init_encoder_from or getattr(self.cfg, "init_decoder", False):
+            raise NARDrafterOptionError("--arch shallow_drafter_* has no encoder or decoder to initialise: give the "
+                                        "verifier with --verifier-path VERIFIER.pt instead of --init-encoder-from")
+        if not getattr(self.cfg, "verifier_path", None):
+            raise NARDrafterOptionError("--arch shallow_drafter_* reads its verifier's encoder: give the verifier "
+                                        "checkpoint with --verifier-path VERIFIER.pt")
+        from fairseq import checkpoint_utils
+
+        try:
+            verifiers, _ = checkpoint_utils.load_model_ensemble(
+                [self.cfg.verifier_path], arg_overrides={"data": str(self.cfg.data)})
+        except FileNotFoundError:
+            raise NARDrafterOptionError(f"--verifier-path {self.cfg.verifier_path}: no such checkpoint") from None
+        model.attach_verifier(verifiers[0], initialise=True)
+        logger.info(f"shallow drafter: reads the frozen encoder of {self.cfg.verifier_path}")
         return model
 
     def build_generator(self, models, args, *unused, **kwargs):

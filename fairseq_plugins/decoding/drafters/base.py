@@ -72,6 +72,7 @@ class DraftContext:
     # applies fairseq's ``constraints`` itself and gives its tokens' log-probs (``Draft.scores``)
     final: bool = False
     constraints: Optional[GreedyConstraints] = None
+    encoder_out: Optional[dict] = None  # the verifier's encoder output (a drafter reading it: the shallow GAD drafter)
 
 
 @dataclass

@@ -116,6 +116,8 @@ class NARDrafter(BlockDrafter):
     @classmethod
     def from_config(cls, cfg, task, models):
         model, trained = load_drafter(cfg.drafter_path, task)
+        if getattr(model, "reads_verifier_encoder", False):  # a shallow drafter: the cheap one, same flags
+            from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter as cls
         tgt = task.target_dictionary
         block = trained if cfg.block_size is None else cfg.block_size  # unset --block-size: the drafter's own k
         return cls(model, block, trained, len(tgt), tgt.pad(), verifier=models[0] if models else None)
@@ -155,7 +157,11 @@ class NARDrafter(BlockDrafter):
                     f"the drafter reads at most {self.max_positions} positions, too few for prefixes of up to "
                     f"{self.ctx.max_len} tokens + {self.k} masks; lower --max-len-a/--max-len-b for --acceptance all")
             return Draft(n_gen.new_full((n_gen.size(0), self.block), self.pad), n_gen.new_zeros(n_gen.size(0)), width=0)
-        logits = self.block_logits(inp, slots)[:, :, : self.vocab]
+        return self.draft(self.block_logits(inp, slots), n_gen)
+
+    def draft(self, logits: Tensor, n_gen: Tensor) -> Draft:
+        """The :class:`Draft` of the drafter's logits ``(B, K, >= V)`` of its first ``K`` mask slots."""
+        logits = logits[:, :, : self.vocab]
         full = n_gen.new_full((n_gen.size(0),), self.block)
         if not self.ctx.final:
             logits[:, :, self.pad] = -torch.inf

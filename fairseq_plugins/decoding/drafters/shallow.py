@@ -1,0 +1,132 @@
+"""The cheap GAD drafter in the engine (``models.shallow_drafter``; docs/METHODS.md §2-3):
+``--drafter nar --drafter-path SHALLOW.pt`` picks it from the checkpoint.
+
+Per batch: the drafter's encoder-attention keys/values are projected from the *verifier's* encoder
+output (the engine's, ``DraftContext.encoder_out``: the encoder runs once per batch for both),
+and a self-attention cache is opened.  Per iteration, one call of the lean decoder step over, per
+row, ``[tokens accepted since the last call, MASK x k]``:
+
+* the accepted tokens attend causally to the row's cache and are appended to it (accepted tokens
+  are final, so the cache only grows: nothing is cut back, nothing recomputed);
+* the k mask slots attend to the cache, the new tokens and each other; their keys/values are
+  written past the row's length and overwritten by the next call (never cached);
+* only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary.
+
+Rows are laid out ``[new tokens, MASK x k, PAD ...]`` (each row's slots contiguous after its cached
+length, so the cache's per-row writes keep them in order); the PAD columns are never attended to.
+This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_shallow_drafter.py).
+"""
+import math
+
+import torch
+from torch import Tensor
+
+from fairseq_plugins.decoding.drafters.base import Draft
+from fairseq_plugins.decoding.drafters.nar import NARDrafter, NARDrafterError
+from fairseq_plugins.models.shallow_drafter import fingerprint_matches
+
+
+class ShallowDrafter(NARDrafter):
+    def __init__(self, model, block_size: int, trained_block: int, vocab_size: int, pad: int, verifier=None):
+        if verifier is None or not fingerprint_matches(model.verifier_fingerprint, verifier.encoder):
+            raise NARDrafterError(
+                "--drafter-path is a shallow drafter trained against another verifier (the fingerprint of the "
+                "verifier's encoder weights it read at training differs from --path's): decode with the verifier "
+                "it was trained with (its --verifier-path), or train one against this verifier with fairseq-train "
+                "--task nar_drafter --arch shallow_drafter_tiny --verifier-path VERIFIER.pt")
+        super().__init__(model, block_size, trained_block, vocab_size, pad, verifier=verifier)
+        self.cache = None
+        self._arange, self._masks, self._dtype = None, {}, None
+        self._projection, self._projection_key = None, None
+
+    def begin(self, ctx):
+        super(NARDrafter, self).begin(ctx)
+        self._follow_verifier(ctx.src_tokens)
+        encoder_out = ctx.encoder_out
+        if encoder_out is None:  # the drafter alone (--acceptance all): no verifier call computed it
+            net_input = {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths}
+            encoder_out = self.verifier.encoder.forward_torchscript(net_input)
+        self.cache = self.step.begin(encoder_out, capacity=ctx.max_len + 2 + self.k)
+        device = ctx.src_tokens.device
+        w = self.model.decoder.output_projection.weight
+        if (self._arange is None or self._arange.device != device or self._arange.numel() < ctx.width + self.k + 1
+                or self._dtype != w.dtype):
+            self._arange, self._masks, self._dtype = torch.arange(ctx.width + self.k + 1, device=device), {}, w.dtype
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if key != self._projection_key:  # W^T of the draft vocabulary, contiguous (see step.VocabProjection)
+            n = self.model.decoder.draft_vocab or w.size(0)
+            self._projection, self._projection_key = w[:n].detach().t().contiguous(), key
+
+    def propose(self, out: Tensor, n_gen: Tensor, longest=None) -> Draft:
+        if longest is None:
+            longest = int(n_gen.max())
+        if longest + 1 + self.k > self.max_positions:  # past the drafter's positions: no draft
+            if self.ctx.final:
+                raise NARDrafterError(f"the drafter reads at most {self.max_positions} positions, too few for "
+                                      f"{self.ctx.max_len} tokens + {self.k} masks; lower --max-len-a/--max-len-b")
+            return Draft(n_gen.new_full((n_gen.size(0), self.block), self.pad), n_gen.new_zeros(n_gen.size(0)), width=0)
+        return self.draft(self.block_logits(out, n_gen, longest), n_gen)
+
+    def draft(self, logits: Tensor, n_gen: Tensor) -> Draft:
+        if self.ctx.final and logits.size(-1) < self.vocab:  # the drafter alone: fairseq's constraints read (.., V)
+            logits = torch.nn.functional.pad(logits, (0, self.vocab - logits.size(-1)), value=-math.inf)
+        return super().draft(logits, n_gen)
+
+    def block_logits(self, out: Tensor, n_gen: Tensor, longest: int) -> Tensor:
+        """Logits ``(B, K, N)`` (N: the drafter's output vocabulary) of the first ``K`` mask slots after
+        each row's prefix ``out[b, :n_gen[b] + 1]`` (``longest = max(n_gen)``); the tokens not yet
+        cached are appended to the cache."""
+        cache = self.cache
+        if out.size(0) == 1:  # one row (its cache aligned, its length known): slices and a kept mask
+            c = cache.max_length
+            f = longest + 1 - c
+            tokens = torch.cat([out[:, c : c + f], out.new_full((out.size(0), self.k), self.mask)], dim=1)
+            _, hidden = self.step(cache, tokens, self._arange[c : c + f + self.k], attn_mask=self._mask(c, f),
+                                  project=None)
+            hidden = hidden[:, f : f + self.block]
+            cache.advance(f)  # the new tokens stay in the cache (the masks' entries are overwritten next time)
+        else:
+            tokens, slots, attn_mask, first = self.block_input(out, n_gen)
+            _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None)
+            at = first.unsqueeze(1) + self._arange[: self.block]  # the draft's mask slots, per row
+            hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+            cache.commit(first, longest + 1, False)
+        return hidden @ self._projection
+
+    def block_input(self, out: Tensor, n_gen: Tensor):
+        """Rows of different cache lengths: ``(tokens, slots, attn_mask, first)``: per row its tokens
+        not yet cached (BOS at column 0 of ``out``), then k masks, then PAD; each column's logical
+        slot; the mask over the cache and the call's columns (the new tokens causal, the masks
+        seeing every new token and mask); the number of new tokens (the column of the first mask)."""
+        k, cache = self.k, self.cache
+        first = n_gen + 1 - cache.lengths
+        cols = self._arange[: int(first.max()) + k].unsqueeze(0)  # a host read: the widest call of the batch
+        src = (cache.lengths.unsqueeze(1) + cols).clamp(max=out.size(1) - 1)
+        new = cols < first.unsqueeze(1)
+        tokens = torch.where(new, out.gather(1, src), torch.where(cols < first.unsqueeze(1) + k, self.mask, self.pad))
+        slots = src.clamp(max=self.max_positions - 1)  # PAD columns: any slot, never attended to
+        reach = torch.where(new, cols + 1, first.unsqueeze(1) + k)  # how many of the call's columns each sees
+        keys = self._arange[: cache.max_length + cols.size(1)].view(1, 1, 1, -1)
+        allowed = keys < (cache.lengths.view(-1, 1, 1, 1) + reach.unsqueeze(1).unsqueeze(3))
+        mask = torch.zeros(allowed.shape, dtype=self._dtype, device=out.device).masked_fill_(~allowed, -math.inf)
+        return tokens, slots, mask, first
+
+    def _mask(self, cached: int, fresh: int) -> Tensor:
+        """``(fresh + k, cached + fresh + k)`` additive: new tokens causal, masks see all (one row):
+        a view of one mask per ``fresh`` over the longest cache (every cached column visible)."""
+        full = self._masks.get(fresh)
+        if full is None:
+            m, width = fresh + self.k, self._arange.numel() - 1
+            reach = self._arange[1 : m + 1].clone()  # column i of the call sees i + 1 of its columns ...
+            reach[fresh:] = m  # ... a mask slot all of them
+            allowed = torch.arange(width + m, device=reach.device).unsqueeze(0) < (width + reach).unsqueeze(1)
+            # additive, as the lean step's own masks: SDPA would convert a boolean one in every layer
+            full = torch.zeros(allowed.shape, dtype=self._dtype, device=allowed.device).masked_fill_(~allowed, -math.inf)
+            self._masks[fresh] = full
+        return full[:, full.size(1) - cached - fresh - self.k :]
+
+    def select_rows(self, rows):
+        if rows.numel() == 1:  # one row left: its length, read once, makes the cache aligned again
+            self.cache.select_rows(rows, aligned=True, max_length=int(self.cache.lengths[rows[0]]))
+        else:  # max_length stays an upper bound; every row's own length is masked per row
+            self.cache.select_rows(rows, aligned=False)
