@@ -45,6 +45,14 @@ def reference_greedy(models, task, batches, **kw):
     return decode_all(gen, models, batches)
 
 
+def greedy_references(corpus, checkpoint, batch_sizes=(1, 8)):
+    """(models, task, {bs: mixed batches}, {bs: fairseq's greedy hypotheses by id})."""
+    models, task = load(corpus, checkpoint)
+    batches = {bs: mixed_batches(task, bs) for bs in batch_sizes}
+    refs = {bs: reference_greedy(models, task, batches[bs]) for bs in batch_sizes}
+    return models, task, batches, refs
+
+
 def decode_all(gen, models, batches):
     out = {}
     with torch.no_grad():

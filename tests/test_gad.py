@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from conftest import PLUGIN_DIR, REPO, cached, fairseq_cli, run
-from engine_helpers import (MAX_LEN_B, decode_all, distill_test_set, engine, load, mismatches, mixed_batches,
-                            reference_greedy)
+from engine_helpers import MAX_LEN_B, decode_all, distill_test_set, engine, greedy_references, mismatches
 
 PAD, EOS, BOS, MASK = 1, 2, 2, 99
 
@@ -72,10 +71,7 @@ def oracle_drafter(tiny_corpus, tiny_model):
 
 @pytest.fixture(scope="module")
 def setup(tiny_corpus, tiny_model):
-    models, task = load(tiny_corpus, tiny_model)
-    batches = {bs: mixed_batches(task, bs) for bs in (1, 8)}
-    refs = {bs: reference_greedy(models, task, batches[bs]) for bs in (1, 8)}
-    return models, task, batches, refs
+    return greedy_references(tiny_corpus, tiny_model)
 
 
 def gad(models, task, drafter_path, **kw):

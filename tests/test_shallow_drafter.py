@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import PLUGIN_DIR, REPO, cached, fairseq_cli, run
-from engine_helpers import decode_all, distill_test_set, engine, load, mismatches, mixed_batches, reference_greedy
+from engine_helpers import decode_all, distill_test_set, engine, greedy_references, mismatches
 
 BLOCK = 4
 DRAFT_VOCAB = 700  # of 1096 ids: the drafter proposes only the 700 most frequent tokens
@@ -48,10 +48,7 @@ def shallow_drafter(tiny_corpus, tiny_model):
 
 @pytest.fixture(scope="module")
 def setup(tiny_corpus, tiny_model):
-    models, task = load(tiny_corpus, tiny_model)
-    batches = {bs: mixed_batches(task, bs) for bs in (1, 8)}
-    refs = {bs: reference_greedy(models, task, batches[bs]) for bs in (1, 8)}
-    return models, task, batches, refs
+    return greedy_references(tiny_corpus, tiny_model)
 
 
 def shallow(models, task, path, **kw):

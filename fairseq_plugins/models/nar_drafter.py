@@ -15,6 +15,34 @@ from fairseq.models.transformer import TransformerDecoder, TransformerModel, bas
 from fairseq.models.transformer.transformer_legacy import transformer_vaswani_wmt_en_de_big
 
 
+def drafter_input(decoder, tokens, encoder_out):
+    """A drafter decoder's input: the encoder states and padding mask, and the embedded tokens
+    (token, position counted from the first non-pad token, layer norm, dropout) as ``(T, B, C)``."""
+    enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
+    enc_pad = (encoder_out["encoder_padding_mask"][0]
+               if encoder_out and len(encoder_out["encoder_padding_mask"]) else None)
+    x = decoder.embed_scale * decoder.embed_tokens(tokens)
+    if getattr(decoder, "quant_noise", None) is not None:
+        x = decoder.quant_noise(x)
+    if decoder.project_in_dim is not None:
+        x = decoder.project_in_dim(x)
+    if decoder.embed_positions is not None:
+        x = x + decoder.embed_positions(tokens)  # counted from the first non-pad token (left padding)
+    if decoder.layernorm_embedding is not None:
+        x = decoder.layernorm_embedding(x)
+    return enc, enc_pad, decoder.dropout_module(x).transpose(0, 1)
+
+
+def drafter_output(decoder, x):
+    """The last layer's ``(T, B, C)`` states -> ``(B, T, C)`` features (final layer norm, projection out)."""
+    if decoder.layer_norm is not None:
+        x = decoder.layer_norm(x)
+    x = x.transpose(0, 1)
+    if decoder.project_out_dim is not None:
+        x = decoder.project_out_dim(x)
+    return x
+
+
 class NARDrafterDecoder(TransformerDecoder):
     """fairseq's decoder run over the whole input at once without the causal mask (§3.2.1).
 
@@ -22,28 +50,11 @@ class NARDrafterDecoder(TransformerDecoder):
     step (``decoding.drafters.nar``), tested against this forward."""
 
     def features(self, tokens, encoder_out):
-        enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
-        enc_pad = (encoder_out["encoder_padding_mask"][0]
-                   if encoder_out and len(encoder_out["encoder_padding_mask"]) else None)
-        x = self.embed_scale * self.embed_tokens(tokens)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if self.embed_positions is not None:
-            x = x + self.embed_positions(tokens)  # counted from the first non-pad token (left padding)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)
+        enc, enc_pad, x = drafter_input(self, tokens, encoder_out)
         pad_mask = tokens.eq(self.padding_idx)  # PAD keys masked; no future mask: bidirectional
         for layer in self.layers:
             x, _, _ = layer(x, enc, enc_pad, None, self_attn_mask=None, self_attn_padding_mask=pad_mask)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x = x.transpose(0, 1)
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x
+        return drafter_output(self, x)
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
                 full_context_alignment=True, alignment_layer=None, alignment_heads=None, src_lengths=None,

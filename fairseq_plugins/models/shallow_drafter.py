@@ -25,6 +25,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, base_architecture
 
+from fairseq_plugins.models.nar_drafter import drafter_input, drafter_output
+
 
 class ShallowDrafterError(ValueError):
     """The shallow drafter cannot be built or used this way; the message says how to fix it."""
@@ -127,27 +129,12 @@ class ShallowDrafterDecoder(TransformerDecoder):
         return F.linear(features, self.output_projection.weight[:n]) if n else self.output_projection(features)
 
     def features(self, tokens, encoder_out, k):
-        enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
-        enc_pad = (encoder_out["encoder_padding_mask"][0]
-                   if encoder_out and len(encoder_out["encoder_padding_mask"]) else None)
-        x = self.embed_scale * self.embed_tokens(tokens)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if self.embed_positions is not None:
-            x = x + self.embed_positions(tokens)  # counted from the first non-pad token (left padding)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)
+        enc, enc_pad, x = drafter_input(self, tokens, encoder_out)
         heads = self.layers[0].self_attn.num_heads
         mask = block_attention_mask(tokens, k, self.padding_idx, x.dtype).repeat_interleave(heads, dim=0)
         for layer in self.layers:
             x, _, _ = layer(x, enc, enc_pad, None, self_attn_mask=mask)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x = x.transpose(0, 1)
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x
+        return drafter_output(self, x)
 
 
 def block_attention_mask(tokens, k: int, pad: int, dtype=torch.float32):
