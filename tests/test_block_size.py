@@ -1,27 +1,8 @@
 """The draft-width policy (fairseq_plugins/decoding/block_size.py): widths follow what the drafts
 achieve, a batch whose drafts never pay takes plain steps and probes now and then, and the fixed
 policy is the papers' setting."""
-from fairseq_plugins.decoding.block_size import MAX_PROBE, PROBE, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths
-from fairseq_plugins.decoding.iteration_cost import IterationCosts
-
-
-def measured(slot_cost, k=8):
-    """Costs as the engine would have timed them: an iteration of width w costs 1 + slot_cost(B) * w
-    plain steps at B rows, for every batch-size bucket."""
-    costs = IterationCosts(ema=1.0)
-    for rows in (1, 2, 4, 8, 16, 32, 64):
-        for w in range(k + 1):
-            costs.observe(rows, w, 1e-3 * (1 + slot_cost(rows) * w))
-    return costs
-
-
-def cpu_slot(rows):
-    """A slot's extra cost on this CPU (d=128 demo models): 30% of a plain step at batch 1, 60% from 32."""
-    return min(0.6, 0.3 + 0.3 * (rows - 1) / 31)
-
-
-def cpu_policy(probe=True):
-    return AdaptiveBlock(probe=probe, costs=measured(cpu_slot))
+from fairseq_plugins.decoding.block_size import (MAX_PROBE, PROBE, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths,
+                                                 slot_threshold)
 
 
 def test_fixed_block_always_allows_k():
@@ -31,42 +12,13 @@ def test_fixed_block_always_allows_k():
     assert policy.width() == 5
 
 
-def test_the_same_drafts_are_verified_wider_where_width_is_cheap():
-    """The width follows the device's measured costs: at batch 32 a CPU (every scored column paid for)
-    takes plain steps where a GPU (a wide call costs about what a narrow one does) drafts wide."""
-    widths = {}
-    for device, slot in (("cpu", cpu_slot), ("gpu", lambda rows: 0.02)):
-        policy = AdaptiveBlock(costs=measured(slot))
-        policy.begin(32, 8)
-        policy.update([8] * 32, [1] * 32)  # half of the tried draft tokens accepted: p -> 0.45
-        widths[device] = policy.width()
-    assert widths["cpu"] == 0 and widths["gpu"] >= 4  # gpu: the 5th slot adds 0.45^5 = 0.02 tokens for 0.02
-
-
-def test_costs_timed_while_decoding_replace_the_prior():
-    policy = AdaptiveBlock()
-    policy.begin(1, 4)
-    assert policy.width() == 1  # the prior: one slot tried
-    for _ in range(5):  # this device: a slot costs as much as a plain step, and only 40% are accepted
-        policy.timed(1, 0, 1e-3)
-        policy.timed(1, 1, 2e-3)
-        policy.update([1], [0])
-        policy.update([1], [1])
-    assert policy.width() == 0
-
-
-def test_a_plain_step_is_timed_once_per_batch_size_as_the_yardstick():
-    policy = AdaptiveBlock()
-    policy.begin(1, 4)
-    policy.timed(1, 1, 1.2e-3)  # only drafting iterations timed so far
-    policy.update([1], [1])
-    assert policy.width() == 0  # a plain step, to be timed
-    policy.timed(1, 0, 1e-3)
-    assert policy.width() >= 1  # drafting again (its drafts were accepted)
+def test_threshold_grows_with_the_batch():
+    assert slot_threshold(1) == 0.3 and slot_threshold(32) == 0.6 and slot_threshold(64) == 0.6
+    assert slot_threshold(1) < slot_threshold(8) < slot_threshold(32)
 
 
 def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(2, 6)
     assert policy.width() == 1  # the cautious prior: one slot at batch 2
     for _ in range(8):
@@ -75,7 +27,7 @@ def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
 
 
 def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(PROBE_ROWS, 4)
     rows = PROBE_ROWS
     policy.update([4] * rows, [0] * rows)
@@ -95,7 +47,7 @@ def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
 
 
 def test_no_probes_while_many_rows_are_left():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(32, 4)  # the prior does not pay at batch 32: plain steps from the start
     widths = [policy.width() for _ in range(4 * PROBE)]
     assert widths == [0] * len(widths) and not policy.expects_draft() and not policy.stopped()
@@ -109,7 +61,7 @@ def test_no_probes_while_many_rows_are_left():
 
 
 def test_a_probe_that_pays_restores_drafting():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(1, 4)
     for _ in range(4):
         policy.update([4], [0])
@@ -121,7 +73,7 @@ def test_a_probe_that_pays_restores_drafting():
 
 
 def test_rows_leave_with_their_estimates():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(3, 4)
     policy.update([4, 4, 4], [4, 0, 4])
     before = list(policy.p)
@@ -139,7 +91,7 @@ def test_draft_lengths_count_leading_non_pad_tokens():
 
 
 def test_expects_draft_is_false_only_when_the_next_width_is_zero():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(PROBE_ROWS, 4)
     widths, expects = [], []
     for it in range(6 * PROBE):
@@ -158,7 +110,7 @@ def test_expects_draft_is_false_only_when_the_next_width_is_zero():
 
 
 def test_without_probing_a_batch_that_stops_drafting_stays_plain():
-    policy = cpu_policy(probe=False)
+    policy = AdaptiveBlock(probe=False)
     policy.begin(1, 3)
     assert policy.width() >= 1
     policy.update([3], [0])
@@ -168,7 +120,7 @@ def test_without_probing_a_batch_that_stops_drafting_stays_plain():
 
 
 def test_a_probing_batch_never_stops_for_good():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(32, 4)
     for _ in range(6 * MAX_PROBE):
         w = policy.width()
@@ -181,7 +133,7 @@ def test_a_probing_batch_never_stops_for_good():
 
 
 def test_the_threshold_is_that_of_the_starting_batch_size():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(32, 4)
     policy.select_rows([0, 1])  # two rows left: drafting with the prior would pay at batch 2
     assert policy.width() == 0
@@ -190,7 +142,7 @@ def test_the_threshold_is_that_of_the_starting_batch_size():
 def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
     """IAD offers no draft for a row whose output matches no source n-gram: such a row must close
     the width even though its acceptance estimate never moves (it sends no draft token to judge)."""
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(2, 4)
     assert policy.width() == 1 and policy.expects_draft()
     widths, asked = [], 0
@@ -201,7 +153,7 @@ def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
     assert widths[:2] == [1, 0]  # closed after one empty ask (p = P_START: q p < theta at q = 0.75)
     assert sum(widths) <= 3 and asked <= 6  # then only probes (gaps doubling), and the asks just before them
     # the same rows with drafts offered (and accepted) keep the width open
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(2, 4)
     for _ in range(3 * PROBE):
         w = policy.width()
@@ -210,7 +162,7 @@ def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
 
 
 def test_a_draftless_probe_counts_as_a_probe_that_did_not_pay():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(1, 4)
     policy.update([1], [0], offered=[1])
     policy.update([1], [0], offered=[1])
@@ -223,7 +175,7 @@ def test_a_draftless_probe_counts_as_a_probe_that_did_not_pay():
 
 
 def test_probing_policies_carry_what_they_learned_into_the_next_batches():
-    policy = cpu_policy()
+    policy = AdaptiveBlock()
     policy.begin(1, 4)
     assert policy.width() == 1  # the cautious prior tries one slot
     for sentence in range(4):  # the prior learns from each sentence that leaves
@@ -235,7 +187,7 @@ def test_probing_policies_carry_what_they_learned_into_the_next_batches():
     assert policy.prior_p < 0.3 and policy.width() == 0  # a new sentence no longer starts by drafting
     policy.begin(1, 4)  # a sentence that sent no draft teaches nothing
     assert policy.width() == 0
-    good = cpu_policy()
+    good = AdaptiveBlock()
     for _ in range(3):
         good.begin(1, 4)
         for _ in range(6):
@@ -244,7 +196,7 @@ def test_probing_policies_carry_what_they_learned_into_the_next_batches():
     good.begin(1, 4)
     assert good.expects_draft() and good.width() >= 2  # a new sentence starts wide
     # rows that leave mid-batch teach the prior too
-    mid = cpu_policy()
+    mid = AdaptiveBlock()
     mid.begin(3, 4)
     mid.update([4, 4, 4], [0, 0, 0], offered=[1, 1, 1])
     before = mid.prior_p
@@ -258,7 +210,7 @@ def test_a_policy_without_probes_retries_whole_batches_at_doubling_gaps():
     that pays brings drafting back for every batch."""
     from fairseq_plugins.decoding.block_size import MAX_BATCH_GAP, P_START
 
-    policy = cpu_policy(probe=False)
+    policy = AdaptiveBlock(probe=False)
     trials = []
     for batch in range(40):
         policy.begin(1, 3)

@@ -37,7 +37,6 @@ appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed;
 (draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
-import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -98,7 +97,6 @@ class Run:
     row_iterations: int = 0
     propose: bool = True      # ask the drafter for the next call's draft (the width policy's decision)
     drafting: bool = True     # False once the policy will never draft again in this batch
-    clock: Optional[float] = None  # when the last host synchronisation returned (None: none yet in this batch)
 
 
 @dataclass
@@ -124,9 +122,6 @@ class Synced:
     got: Optional[List[int]] = None      # draft tokens accepted (when a draft was fed)
     offered: Optional[List[int]] = None  # whether the drafter had a draft when asked (adaptive policy)
     next_width: Optional[int] = None     # the longest next draft of the rows that go on
-    width: int = 0                       # draft slots this call verified
-    seconds: Optional[float] = None      # since the previous synchronisation: the iteration's cost on this
-                                         # device (it waits for the device); None for a batch's first
 
 
 class DraftVerifyGenerator:
@@ -432,9 +427,7 @@ class DraftVerifyGenerator:
             read[name], at = host[at : at + part.numel()], at + part.numel()
         if "next_width" in read:
             read["next_width"] = read["next_width"][0]
-        now = time.perf_counter()  # the first interval of a batch holds the encoder: not timed
-        seconds, run.clock = (None if run.clock is None else now - run.clock), now
-        return Synced(**read, width=verdict.fed.size, seconds=seconds)
+        return Synced(**read)
 
     @staticmethod
     def _learn(run: Run, synced: Synced):
@@ -442,8 +435,6 @@ class DraftVerifyGenerator:
         if synced.sent is not None or synced.offered is not None:
             zeros = [0] * len(synced.done)
             run.policy.update(synced.sent or zeros, synced.got or zeros, synced.offered)
-        if synced.seconds is not None:  # what a call of this width costs here (block_size.AdaptiveBlock)
-            run.policy.timed(len(synced.done), synced.width, synced.seconds)
         run.row_iterations += len(synced.done)
         run.iteration += 1
 

@@ -20,7 +20,7 @@ the nearest bucket that has some.
 from typing import Dict, Optional, Sequence
 
 COST_EMA = 0.2     # weight of the newest timing in a width's average (timings of one width vary ~10-25%)
-SLOT_PRIOR = 0.3   # one slot's cost relative to a plain step until a second width has been measured (a prior)
+SLOT_PRIOR = 0.25  # one slot's cost relative to a plain step until a second width has been measured
 
 
 def rows_bucket(rows: int) -> int:
@@ -45,10 +45,6 @@ class IterationCosts:
         table = self.seconds.setdefault(rows_bucket(rows), {})
         old = table.get(width)
         table[width] = seconds if old is None else (1 - self.ema) * old + self.ema * seconds
-
-    def measured(self, rows: int, width: int) -> bool:
-        """Has an iteration of this width been timed in the bucket of ``rows``?"""
-        return width in self.seconds.get(rows_bucket(rows), {})
 
     def relative(self, rows: int, width: int) -> float:
         """Estimated cost of an iteration of ``width`` slots relative to a plain step (width 0)."""
