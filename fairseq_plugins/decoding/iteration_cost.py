@@ -2,12 +2,12 @@
 
 The draft width that pays depends on the hardware: on a CPU the verification call's cost grows
 with every scored column (the vocabulary projection of each column is paid in full), on a GPU a
-call of width 10 costs about what a call of width 1 costs.  So the width policy
-(``block_size.CostAwareBlock``) does not carry thresholds tuned on one machine; it reads the
-costs from the decode itself: the engine times the interval between its one host synchronisation
-per iteration and the next (on a GPU the synchronisation waits for the device, so the interval is
-the whole iteration: drafting, verification, bookkeeping), and reports it here with the width
-that iteration verified and the number of rows it carried.
+call of width 10 costs about what a call of width 1 costs.  A width policy that carries no
+thresholds tuned on one machine would read the costs from the decode itself: the engine would time
+the interval between its one host synchronisation per iteration and the next (on a GPU the
+synchronisation waits for the device, so the interval is the whole iteration) and report it here
+with the width that iteration verified and the number of rows it carried.  Not wired into the
+engine yet: the first wiring made IAD slower on this CPU (docs/RESULTS.md, "Convergence run").
 
 Costs are kept per batch-size bucket (rows rounded up to a power of two: a call's cost depends on
 its rows) as exponential averages per width.  Widths never measured in a bucket are estimated
