@@ -37,6 +37,7 @@ appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed;
 (draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
