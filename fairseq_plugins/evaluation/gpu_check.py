@@ -22,6 +22,7 @@ from argparse import Namespace
 import torch
 
 import fairseq_plugins  # noqa: F401  (compat repairs + registration)
+from fairseq_plugins.evaluation.generation import Generation
 
 DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
 MAX_LEN = dict(max_len_a=1.2, max_len_b=10)
@@ -41,14 +42,8 @@ def device_lines(device):
 
 
 def load(data, path, device, half):
-    from fairseq import checkpoint_utils
-
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
-    for m in models:
-        m.eval().to(device)
-        if half:
-            m.half()
-    return models, task
+    loaded = Generation.from_checkpoint(path, data, device=device.type, fp16=half)
+    return loaded.models, loaded.task
 
 
 def batches(task, size, limit, device):
