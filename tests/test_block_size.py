@@ -1,8 +1,29 @@
 """The draft-width policy (fairseq_plugins/decoding/block_size.py): widths follow what the drafts
 achieve, a batch whose drafts never pay takes plain steps and probes now and then, and the fixed
 policy is the papers' setting."""
-from fairseq_plugins.decoding.block_size import (MAX_PROBE, PROBE, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths,
-                                                 slot_threshold)
+import pytest
+
+from fairseq_plugins.decoding.block_size import MAX_PROBE, PROBE, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths
+from fairseq_plugins.decoding.iteration_cost import IterationCosts, rows_bucket
+
+PLAIN = 1e-3  # seconds of an idle iteration in the synthetic timings
+
+
+def timed_costs(slot_by_rows, draft=0.0, n=200):
+    """IterationCosts fed with exact synthetic timings: per batch size, an idle iteration costs PLAIN,
+    a drafting one PLAIN * (1 + draft + slot * width) (CPU-like: slot 0.3 at batch 1, 0.6 at 32)."""
+    costs = IterationCosts()
+    for rows, slot in slot_by_rows.items():
+        costs.observe(rows, 0, False, PLAIN)
+        for i in range(n):
+            width, asked = i % 5, i % 3 > 0
+            costs.observe(rows, width, asked, PLAIN * (1 + (draft if asked else 0) + slot * width))
+    return costs
+
+
+def cpu_policy(probe=True):
+    """A width policy on a device where a slot costs 30% of a plain step at batch 1 and 60% from 32 on."""
+    return AdaptiveBlock(probe=probe, costs=timed_costs({1: 0.3, 2: 0.3, 4: 0.35, 8: 0.4, 16: 0.5, 32: 0.6}))
 
 
 def test_fixed_block_always_allows_k():
@@ -12,13 +33,72 @@ def test_fixed_block_always_allows_k():
     assert policy.width() == 5
 
 
-def test_threshold_grows_with_the_batch():
-    assert slot_threshold(1) == 0.3 and slot_threshold(32) == 0.6 and slot_threshold(64) == 0.6
-    assert slot_threshold(1) < slot_threshold(8) < slot_threshold(32)
+def test_costs_are_fitted_from_the_timed_intervals():
+    costs = timed_costs({1: 0.3, 32: 0.6}, draft=0.2)
+    for rows, slot in ((1, 0.3), (32, 0.6)):
+        rel = costs.relative(rows)
+        assert rel["slot"] == pytest.approx(slot, abs=0.02) and rel["draft"] == pytest.approx(0.2, abs=0.02)
+    assert costs.relative(24)["slot"] == pytest.approx(0.6, abs=0.02)  # same bucket as 32
+    assert costs.relative(4)["slot"] == pytest.approx(0.3, abs=0.02)  # nearest measured bucket
+    assert rows_bucket(1) == 1 and rows_bucket(5) == 8 and rows_bucket(32) == 32
+    fresh = IterationCosts()
+    assert not fresh.has_plain(1) and fresh.relative(1)["slot"] > 0  # the prior until measured
+    fresh.observe(1, 3, True, 5 * PLAIN)  # no yardstick yet: nothing to measure it against
+    assert not fresh.has_plain(1)
+
+
+def test_an_outlier_interval_moves_the_fit_little():
+    costs = timed_costs({1: 0.3})
+    costs.observe(1, 1, True, 1000 * PLAIN)  # the OS took the core for a second
+    assert costs.relative(1)["slot"] < 0.8
+    costs.observe(1, 0, False, 1000 * PLAIN)
+    assert costs.buckets[1].plain < 2 * PLAIN
+
+
+def test_the_same_drafts_are_verified_wider_where_slots_are_cheap():
+    """The policy prices slots at what they cost on this device: on a GPU-like device, where a wide
+    call costs about what a plain step does, the same acceptance buys a wider call than on a CPU."""
+    widths = {}
+    for name, slot in (("cpu", 0.3), ("gpu", 0.02)):
+        policy = AdaptiveBlock(costs=timed_costs({1: slot}))
+        policy.begin(1, 10)
+        for _ in range(6):
+            policy.update([2], [1], offered=[1])  # half of the draft tokens accepted: p -> 0.5
+        widths[name] = policy.width()
+    assert 1 <= widths["cpu"] < widths["gpu"]
+
+
+def test_a_drafter_whose_proposal_costs_a_step_must_earn_it():
+    cheap = AdaptiveBlock(costs=timed_costs({1: 0.3}, draft=0.0))
+    dear = AdaptiveBlock(costs=timed_costs({1: 0.3}, draft=1.0))
+    for policy in (cheap, dear):
+        policy.begin(1, 4)
+        for _ in range(6):
+            policy.update([2], [1], offered=[1])
+    assert cheap.width() >= 1 and dear.width() == 0
+
+
+def test_an_unmeasured_device_times_one_idle_iteration_first():
+    policy = AdaptiveBlock()
+    policy.begin(1, 4)
+    for _ in range(6):
+        policy.update([4], [4], offered=[1])
+    assert policy.width() == 0 and not policy.expects_draft()  # the yardstick: no draft scored, none asked
+    assert policy.width() >= 1  # once only
+    policy.begin(1, 4)
+    assert policy.width() == 0  # still no idle iteration timed: asked again in the next batch
+    policy.timed(0, False, PLAIN)
+    policy.begin(1, 4)
+    for _ in range(6):
+        policy.update([4], [4], offered=[1])
+    assert policy.width() >= 1
+    jacobi = AdaptiveBlock(probe=False)  # cannot resume after a plain step: never forced
+    jacobi.begin(1, 4)
+    assert jacobi.width() >= 1
 
 
 def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(2, 6)
     assert policy.width() == 1  # the cautious prior: one slot at batch 2
     for _ in range(8):
@@ -27,7 +107,7 @@ def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
 
 
 def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(PROBE_ROWS, 4)
     rows = PROBE_ROWS
     policy.update([4] * rows, [0] * rows)
@@ -47,7 +127,7 @@ def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
 
 
 def test_no_probes_while_many_rows_are_left():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(32, 4)  # the prior does not pay at batch 32: plain steps from the start
     widths = [policy.width() for _ in range(4 * PROBE)]
     assert widths == [0] * len(widths) and not policy.expects_draft() and not policy.stopped()
@@ -61,7 +141,7 @@ def test_no_probes_while_many_rows_are_left():
 
 
 def test_a_probe_that_pays_restores_drafting():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(1, 4)
     for _ in range(4):
         policy.update([4], [0])
@@ -73,7 +153,7 @@ def test_a_probe_that_pays_restores_drafting():
 
 
 def test_rows_leave_with_their_estimates():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(3, 4)
     policy.update([4, 4, 4], [4, 0, 4])
     before = list(policy.p)
@@ -91,7 +171,7 @@ def test_draft_lengths_count_leading_non_pad_tokens():
 
 
 def test_expects_draft_is_false_only_when_the_next_width_is_zero():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(PROBE_ROWS, 4)
     widths, expects = [], []
     for it in range(6 * PROBE):
@@ -110,7 +190,7 @@ def test_expects_draft_is_false_only_when_the_next_width_is_zero():
 
 
 def test_without_probing_a_batch_that_stops_drafting_stays_plain():
-    policy = AdaptiveBlock(probe=False)
+    policy = cpu_policy(probe=False)
     policy.begin(1, 3)
     assert policy.width() >= 1
     policy.update([3], [0])
@@ -120,7 +200,7 @@ def test_without_probing_a_batch_that_stops_drafting_stays_plain():
 
 
 def test_a_probing_batch_never_stops_for_good():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(32, 4)
     for _ in range(6 * MAX_PROBE):
         w = policy.width()
@@ -133,7 +213,7 @@ def test_a_probing_batch_never_stops_for_good():
 
 
 def test_the_threshold_is_that_of_the_starting_batch_size():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(32, 4)
     policy.select_rows([0, 1])  # two rows left: drafting with the prior would pay at batch 2
     assert policy.width() == 0
@@ -142,7 +222,7 @@ def test_the_threshold_is_that_of_the_starting_batch_size():
 def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
     """IAD offers no draft for a row whose output matches no source n-gram: such a row must close
     the width even though its acceptance estimate never moves (it sends no draft token to judge)."""
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(2, 4)
     assert policy.width() == 1 and policy.expects_draft()
     widths, asked = [], 0
@@ -153,7 +233,7 @@ def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
     assert widths[:2] == [1, 0]  # closed after one empty ask (p = P_START: q p < theta at q = 0.75)
     assert sum(widths) <= 3 and asked <= 6  # then only probes (gaps doubling), and the asks just before them
     # the same rows with drafts offered (and accepted) keep the width open
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(2, 4)
     for _ in range(3 * PROBE):
         w = policy.width()
@@ -162,7 +242,7 @@ def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
 
 
 def test_a_draftless_probe_counts_as_a_probe_that_did_not_pay():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(1, 4)
     policy.update([1], [0], offered=[1])
     policy.update([1], [0], offered=[1])
@@ -175,7 +255,7 @@ def test_a_draftless_probe_counts_as_a_probe_that_did_not_pay():
 
 
 def test_probing_policies_carry_what_they_learned_into_the_next_batches():
-    policy = AdaptiveBlock()
+    policy = cpu_policy()
     policy.begin(1, 4)
     assert policy.width() == 1  # the cautious prior tries one slot
     for sentence in range(4):  # the prior learns from each sentence that leaves
@@ -187,7 +267,7 @@ def test_probing_policies_carry_what_they_learned_into_the_next_batches():
     assert policy.prior_p < 0.3 and policy.width() == 0  # a new sentence no longer starts by drafting
     policy.begin(1, 4)  # a sentence that sent no draft teaches nothing
     assert policy.width() == 0
-    good = AdaptiveBlock()
+    good = cpu_policy()
     for _ in range(3):
         good.begin(1, 4)
         for _ in range(6):
@@ -196,7 +276,7 @@ def test_probing_policies_carry_what_they_learned_into_the_next_batches():
     good.begin(1, 4)
     assert good.expects_draft() and good.width() >= 2  # a new sentence starts wide
     # rows that leave mid-batch teach the prior too
-    mid = AdaptiveBlock()
+    mid = cpu_policy()
     mid.begin(3, 4)
     mid.update([4, 4, 4], [0, 0, 0], offered=[1, 1, 1])
     before = mid.prior_p
@@ -210,7 +290,7 @@ def test_a_policy_without_probes_retries_whole_batches_at_doubling_gaps():
     that pays brings drafting back for every batch."""
     from fairseq_plugins.decoding.block_size import MAX_BATCH_GAP, P_START
 
-    policy = AdaptiveBlock(probe=False)
+    policy = cpu_policy(probe=False)
     trials = []
     for batch in range(40):
         policy.begin(1, 3)

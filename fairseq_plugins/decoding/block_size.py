@@ -11,11 +11,14 @@ speculative decoding, decided here for the whole batch):
   none for a row whose output matches no source n-gram; without ``q`` such a row kept its old
   ``p`` and the width open forever: measured on the en-de demo model, the timed set's last batch
   asked IAD for a draft in 126 of 132 iterations and got 26 draft tokens in all);
-* slot ``w`` is verified when the tokens it is expected to add, ``q p^w`` averaged over the rows,
-  pay for its cost: ``mean_b q_b p_b^w >= theta(B)``, where
-  ``theta`` grows with the batch size (a drafting iteration costs ~30% more than a plain step at
-  batch 1 on a CPU and ~60% more at batch 32), at most ``--block-size`` slots; inside that width
-  every row sends its draft (the width is paid for anyway);
+* the width ``w`` is the one with the most expected tokens per unit of time (issue "lossless
+  drafting that pays"): ``(1 + sum_{i<=w} mean_b q_b p_b^i) / c(w)``, at most ``--block-size``
+  slots, where ``c(w) = 1 + draft + w slot`` (in plain steps; ``c(0) = 1``: greedy without
+  proposals) is what an iteration costs *on this device*, measured while decoding
+  (``iteration_cost.IterationCosts``), so the same code drafts wider on a GPU, where a wide call
+  costs about what a narrow one does, than on a CPU; inside that width every row sends its draft
+  (the width is paid for anyway); once per batch-size bucket an idle iteration (no draft scored,
+  none proposed) is timed as the yardstick;
 * when no slot pays (width 0: a plain greedy step), one draft slot is tried now and then (after
   ``PROBE`` iterations, the interval doubling after every try that did not pay, up to
   ``MAX_PROBE``), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
@@ -25,8 +28,8 @@ speculative decoding, decided here for the whole batch):
   not for drafters whose draft needs the previous call to have drafted too (Jacobi: a batch that
   stops drafting decodes greedily to its end);
 * at batch > 1 a drafted token only saves a call when it shortens the batch's longest rows, so
-  the prior is cautious (``P_START``) and the threshold stays that of the batch's starting size
-  when rows leave: measured on the en-de demo model at batch 32, IAD accepted 53 of 138 draft
+  the prior is cautious (``P_START``) and slots are priced at the batch's starting size when rows
+  leave: measured on the en-de demo model at batch 32, IAD accepted 53 of 138 draft
   tokens, most of them once few rows were left, without saving a single call (315 either way);
 * one policy serves the generator's whole run: the final p and q of every row that leaves are
   folded into the prior of the rows to come (``CARRY``), so a run learns whether its drafter pays on
@@ -35,13 +38,14 @@ speculative decoding, decided here for the whole batch):
   from ``P_START`` now and then instead (every 2nd, 4th, ... batch while its prior does not pay).
 
 The policy runs on the host, on the accepted and proposed counts that the engine's one host
-transfer per iteration brings anyway: it adds no tensor operation.  Acceptance is untouched, so
+transfer per iteration brings anyway and the interval's time: it adds no tensor operation.  Acceptance is untouched, so
 ``exact`` stays lossless.  ``FixedBlock`` is the papers' setting: every row drafts up to
 ``--block-size`` tokens.
 """
 from typing import List, Optional
 
 from fairseq_plugins.decoding.acceptance import prefix_length
+from fairseq_plugins.decoding.iteration_cost import IterationCosts
 
 PROBE = 8          # iterations before a batch whose drafts did not pay tries one draft slot again
 MAX_PROBE = 64     # the interval doubles after each try that did not pay, up to this
@@ -57,14 +61,6 @@ Q_EMA = 0.25       # ... in q: slower, so that a row whose drafts are accepted (
 def draft_lengths(draft, pad: int):
     """Leading non-PAD tokens of every row ``(B,)``: what the verifier can accept at most."""
     return prefix_length(draft.ne(pad))
-
-
-def slot_threshold(batch_size: int) -> float:
-    """theta(B): the acceptance chance a draft slot needs to pay for itself: 0.3 at batch 1, 0.6 from
-    batch 32 on (measured on CPU with the demo's d=128 models: a drafting iteration -- one more slot
-    per row, the acceptance rule and the drafter's bookkeeping -- costs ~25-30% more than a plain
-    step at batch 1 and ~50-60% more at batch 32)."""
-    return min(0.6, 0.3 + 0.3 * (batch_size - 1) / 31)
 
 
 class FixedBlock:
@@ -94,11 +90,15 @@ class FixedBlock:
     def select_rows(self, keep: List[int]):
         pass
 
+    def timed(self, width: int, asked: bool, seconds: float):
+        """One iteration took ``seconds``: ``width`` draft slots scored, a draft proposed or not."""
+
 
 class AdaptiveBlock(FixedBlock):
     adaptive = True
 
-    def __init__(self, probe: bool = True):
+    def __init__(self, probe: bool = True, costs: Optional[IterationCosts] = None):
+        self.costs = costs if costs is not None else IterationCosts()  # measured on this device, for the run
         self.probe = probe  # False: a batch that stopped drafting takes plain steps to its end (Jacobi)
         # what the run has learned so far: a new row starts from it (Jacobi: see _batch_trial)
         self.prior_p, self.prior_q = P_START, 1.0
@@ -109,7 +109,8 @@ class AdaptiveBlock(FixedBlock):
 
     def begin(self, bsz, k):
         self.k = k
-        self.theta = slot_threshold(bsz)  # the batch's size at the start: see the module docstring
+        self.start_rows = bsz  # slots are priced at the batch's size at the start: see the module docstring
+        self.yardstick = not self.costs.has_plain(bsz)  # time one idle iteration in this bucket first
         self._learn(range(len(self.p)))  # the previous batch's last rows
         start = self.prior_p
         if not self.probe:
@@ -122,13 +123,25 @@ class AdaptiveBlock(FixedBlock):
         self.idle = self._paying_width() == 0 and (self.wait > 1 or not self._may_probe())
 
     def _paying_width(self) -> int:
-        """The widest w whose slots all pay: mean_b q_b p_b^w >= theta (it decreases with w)."""
-        width = 0
+        """The width with the most expected tokens per unit of time (0: a plain step; the narrower on ties)."""
+        n, powers, gain = len(self.p), list(self.q), 1.0
+        rel = self.costs.relative(self.start_rows)
+        best, best_rate = 0, 1.0  # a plain step: one token for one plain step's time
         for w in range(1, self.k + 1):
-            if sum(q * p ** w for p, q in zip(self.p, self.q)) < self.theta * len(self.p):
-                break
-            width = w
-        return width
+            powers = [x * p for x, p in zip(powers, self.p)]
+            gain += sum(powers) / n  # + mean_b q_b p_b^w: the w-th slot's expected tokens
+            rate = gain / (1.0 + rel["draft"] + rel["slot"] * w)
+            if rate > best_rate:
+                best, best_rate = w, rate
+        return best
+
+    def _slot_pays(self, expected: float) -> bool:
+        """Does one draft slot that adds ``expected`` tokens per row pay for its measured cost?"""
+        rel = self.costs.relative(self.start_rows)
+        return 1.0 + expected > 1.0 + rel["draft"] + rel["slot"]
+
+    def timed(self, width, asked, seconds):
+        self.costs.observe(self.start_rows, width, asked, seconds)
 
     def _may_probe(self) -> bool:
         return self.probe and len(self.p) <= PROBE_ROWS
@@ -138,7 +151,7 @@ class AdaptiveBlock(FixedBlock):
         learned prior does not pay for one slot, a batch starts from it (plain steps, the drafter
         dropped) except every ``batch_gap``-th, which starts from the cautious ``P_START``; the gap
         doubles after each such trial, up to ``MAX_BATCH_GAP``, and resets once the prior pays."""
-        if self.prior_q * self.prior_p >= self.theta:
+        if self._slot_pays(self.prior_q * self.prior_p):
             self.batch_gap = self.batch_wait = 1
             return start
         self.batch_wait -= 1
@@ -164,6 +177,8 @@ class AdaptiveBlock(FixedBlock):
             if self.wait <= 0:
                 self.probing, width = True, 1
         self.idle = width == 0 and (self.wait > 1 or not probe)  # p only changes with drafts: the next width is 0 too
+        if width and self.yardstick and self.probe:  # one idle iteration, timed: what greedy costs here
+            self.yardstick, self.probing, self.idle, width = False, False, True, 0  # (Jacobi cannot resume: never)
         return width
 
     def expects_draft(self):
@@ -183,7 +198,7 @@ class AdaptiveBlock(FixedBlock):
         if offered is not None:
             self.q = [(1 - Q_EMA) * q + Q_EMA * bool(o) for q, o in zip(self.q, offered)]
         if self.probing:
-            paid = sum(accepted) >= self.theta * len(accepted)
+            paid = self._slot_pays(sum(accepted) / len(accepted))
             self.gap = PROBE if paid else min(2 * self.gap, MAX_PROBE)
             self.wait = self.gap
 

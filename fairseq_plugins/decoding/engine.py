@@ -98,6 +98,8 @@ class Run:
     row_iterations: int = 0
     propose: bool = True      # ask the drafter for the next call's draft (the width policy's decision)
     drafting: bool = True     # False once the policy will never draft again in this batch
+    asked: bool = False       # the drafter proposed since the last host synchronisation (the width policy's costs)
+    clock: Optional[float] = None  # when the last host synchronisation returned (None: none yet in this batch)
 
 
 @dataclass
@@ -123,6 +125,10 @@ class Synced:
     got: Optional[List[int]] = None      # draft tokens accepted (when a draft was fed)
     offered: Optional[List[int]] = None  # whether the drafter had a draft when asked (adaptive policy)
     next_width: Optional[int] = None     # the longest next draft of the rows that go on
+    width: int = 0                       # draft slots this call scored
+    asked: bool = False                  # whether the drafter proposed since the previous synchronisation
+    seconds: Optional[float] = None      # since the previous synchronisation: the iteration's cost on this
+                                         # device (it waits for the device); None for a batch's first
 
 
 class DraftVerifyGenerator:
@@ -409,6 +415,7 @@ class DraftVerifyGenerator:
         if not run.drafting:  # asked, but a drafter that stopped has nothing to offer (the policy learns so)
             return Draft.none(rows.n_gen)
         longest = max(rows.lengths) if run.drafter.proposes_after_sync else None  # host lengths are fresh then
+        run.asked = True
         return run.drafter.propose(rows.out, rows.n_gen, longest=longest)
 
     @staticmethod
@@ -428,7 +435,11 @@ class DraftVerifyGenerator:
             read[name], at = host[at : at + part.numel()], at + part.numel()
         if "next_width" in read:
             read["next_width"] = read["next_width"][0]
-        return Synced(**read)
+        now = time.perf_counter()  # the first interval of a batch holds the encoder: not timed
+        seconds, run.clock = (None if run.clock is None else now - run.clock), now
+        synced = Synced(**read, width=verdict.fed.size, asked=run.asked, seconds=seconds)
+        run.asked = False
+        return synced
 
     @staticmethod
     def _learn(run: Run, synced: Synced):
@@ -436,6 +447,8 @@ class DraftVerifyGenerator:
         if synced.sent is not None or synced.offered is not None:
             zeros = [0] * len(synced.done)
             run.policy.update(synced.sent or zeros, synced.got or zeros, synced.offered)
+        if synced.seconds is not None:  # what an iteration like this one costs here (iteration_cost)
+            run.policy.timed(synced.width, synced.asked, synced.seconds)
         run.row_iterations += len(synced.done)
         run.iteration += 1
 
