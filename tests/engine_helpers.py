@@ -67,7 +67,8 @@ def engine(models, task, drafter, acceptance="exact", block_size=3, **kw):
     task.cfg.drafter = drafter
     task.cfg.acceptance = acceptance
     task.cfg.block_size = block_size
-    defaults = dict(jacobi_length="max", copy_ngram=2, acceptance_topk=2, min_block_size=2, gad_beta=5, gad_tau=3.0)
+    defaults = dict(jacobi_length="max", copy_ngram=2, acceptance_topk=2, min_block_size=2, gad_beta=5, gad_tau=3.0,
+                    adaptive_block_size="auto")
     for key, value in defaults.items():
         setattr(task.cfg, key, kw.pop(key, value))
     return task.build_generator(models, gen_args(**kw))

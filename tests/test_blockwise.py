@@ -155,7 +155,7 @@ def test_model_calls_are_stern_iterations_plus_one(setup, monkeypatch):
     models, _, task, batches, refs = setup
     model = models[0]
     tgt = task.target_dictionary
-    gen = engine(models, task, "blockwise", block_size=K)
+    gen = engine(models, task, "blockwise", block_size=K, adaptive_block_size="off")  # Stern's k every call
     layer_calls = []
     step_call = DecoderStep.__call__
 

@@ -72,6 +72,19 @@ def test_decodes_under_inference_mode_and_hands_back_ordinary_tensors(setup):
         h["positional_scores"].div_(2.0)  # as fairseq_cli/generate.py does; an inference tensor refuses it
 
 
+def test_the_timed_width_is_the_default_only_where_acceptance_is_exact(setup):
+    """A width chosen from timings under a lossy rule would make the output depend on the clock."""
+    from fairseq_plugins.decoding.block_size import AdaptiveBlock
+
+    models, task, _, _ = setup
+    assert isinstance(engine(models, task, "input_copy").policy, AdaptiveBlock)
+    assert type(engine(models, task, "input_copy", acceptance="topk").policy) is not AdaptiveBlock
+    assert type(engine(models, task, "input_copy", adaptive_block_size="off").policy) is not AdaptiveBlock
+    assert isinstance(engine(models, task, "input_copy", acceptance="topk", adaptive_block_size="on").policy,
+                      AdaptiveBlock)
+    assert type(engine(models, task, "none").policy) is not AdaptiveBlock
+
+
 def test_a_drafter_without_drafts_stops_being_asked(setup):
     """A drafter asked for a draft may have none (IAD when no source n-gram matches): the engine
     must tell the width policy, or the width stays open and the drafter is asked every iteration."""
@@ -285,7 +298,7 @@ def test_drafts_running_past_eos_are_cut_at_eos(setup):
         def select_rows(self, rows):
             self.rows = [self.rows[i] for i in rows.tolist()]
 
-    gen = engine(models, task, "none")
+    gen = engine(models, task, "none", adaptive_block_size="off")  # the whole draft in one call
     answers = {k: v["tokens"] for k, v in refs[8].items()}
     gen.drafter = OracleDrafter(answers)
     hyps = {}

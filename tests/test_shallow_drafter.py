@@ -103,15 +103,17 @@ def test_decoding_pass_with_its_cache_gives_the_training_forward(setup, shallow_
 
 
 @pytest.mark.parametrize("bs", [1, 8])
-def test_gad_exact_with_the_shallow_drafter_equals_fairseq_greedy(setup, shallow_drafter, bs):
+@pytest.mark.parametrize("width", ["off", "auto"])  # the paper's k every call; the cost-aware width (default)
+def test_gad_exact_with_the_shallow_drafter_equals_fairseq_greedy(setup, shallow_drafter, bs, width):
     models, task, batches, refs = setup
-    gen = shallow(models, task, shallow_drafter, block_size=BLOCK)
+    gen = shallow(models, task, shallow_drafter, block_size=BLOCK, adaptive_block_size=width)
     hyps = decode_all(gen, models, batches[bs])
     assert len(hyps) == 120 and mismatches(refs[bs], hyps) == []
     for k, ref in refs[bs].items():
         assert abs(float(hyps[k]["score"]) - float(ref["score"])) < 1e-4
-    # trained on the verifier's outputs: most drafts are right, so several tokens per verifier call
-    assert gen.stats["drafter"] == "nar" and gen.mean_accepted() > 1.8, gen.mean_accepted()
+    assert gen.stats["drafter"] == "nar"
+    if width == "off":  # trained on the verifier's outputs: most drafts are right, several tokens per call
+        assert gen.mean_accepted() > 1.8, gen.mean_accepted()
 
 
 def test_drafter_alone_reads_the_verifiers_encoder_and_ignores_batching(setup, shallow_drafter):

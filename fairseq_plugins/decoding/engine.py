@@ -175,7 +175,8 @@ class DraftVerifyGenerator:
         """One width policy for the generator's life: an adaptive one carries what it learned (and the
         costs it timed) into the next batches."""
         option = self.adaptive_block_size
-        adaptive = drafter.adaptive_block if option == "auto" else option == "on"
+        # auto: only where acceptance is exact: a timed width would make a lossy rule's output depend on the clock
+        adaptive = (drafter.adaptive_block and isinstance(self.acceptance, Exact)) if option == "auto" else option == "on"
         adaptive = adaptive and self.acceptance.needs_verifier  # the drafter alone drafts every call
         return AdaptiveBlock(probe=drafter.drafts_after_plain_steps) if adaptive else FixedBlock()
 

@@ -72,8 +72,9 @@ class FastTranslationConfig(TranslationConfig):
     drafter_path: Optional[str] = field(
         default=None, metadata={"help": "checkpoint of a drafter model (GAD: fairseq-train --task nar_drafter)"})
     adaptive_block_size: str = field(
-        default="auto", metadata={"help": "per-row draft length adapted to the row's recent acceptance: on, off, or "
-                                  "auto (on for input_copy, jacobi_pgj, jacobi_hgj); exact acceptance stays lossless"})
+        default="auto", metadata={"help": "draft width with the most expected tokens per unit of time, from the rows' "
+                                  "acceptance and costs timed on this device: on, off (the papers' fixed "
+                                  "--block-size), or auto (on for every drafter but jacobi_pj); exact stays lossless"})
     # ---- warm start (issue: order quality) ----
     init_from_l2r: Optional[str] = field(
         default=None, metadata={"help": "initialise a reordered_transformer from a trained left-to-right "

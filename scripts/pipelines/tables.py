@@ -264,7 +264,7 @@ def stern():
                                 f"--base-checkpoint {{CKPT}}/{base}/checkpoint_final.pt --block-heads {k}"
                                 + (" --freeze-base" if frozen else ""), distill_from="teacher" if distilled else None,
                                 distill_beam=4, needs=(base,), requires=BLOCKWISE))
-            decode = f"--task fast_translation --drafter blockwise --block-size {k} --acceptance exact"
+            decode = f"--task fast_translation --drafter blockwise --block-size {k} --acceptance exact --adaptive-block-size off"
             bleu, block = STERN_DEV[k][i]
             rows.append(Row("dev", f"k={k} {label}", name, decode, paper={"BLEU": bleu, "Mean accepted": block},
                             requires=BLOCKWISE))
@@ -320,7 +320,7 @@ def gad():
                             distill_from=teacher, requires=NAR_DRAFTER))
         sections.append(Section(tag, f"WMT{'16' if wmt16_pair else '14'} {d.upper()} (batch 1)", corpus, 1))
         gad_args = (f"--task fast_translation --drafter nar --drafter-path {{CKPT}}/{drafter}/checkpoint_final.pt "
-                    "--block-size 25")
+                    "--block-size 25 --adaptive-block-size off")  # the paper's k every call
         (bh, th), ith, bleuh, sh = n["hq"]
         (be, te), ite, bleue, se = n["he"]
         rows += [

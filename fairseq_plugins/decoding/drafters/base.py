@@ -133,7 +133,7 @@ class StepResult:
 class Drafter:
     name = "base"
     needs_target_length = False
-    adaptive_block = False  # default of --adaptive-block-size auto (block_size.AdaptiveBlock)
+    adaptive_block = True  # default of --adaptive-block-size auto: the cost-aware width (block_size.AdaptiveBlock)
     # a draft proposed after plain steps is as good as any other (so the width policy may try one
     # slot now and then); False for Jacobi, whose draft is the previous call's predictions at
     # positions that a plain step did not compute
@@ -182,6 +182,7 @@ class NoDraft(Drafter):
     """``--drafter none``: no draft, one verifier token per call (greedy through the engine)."""
 
     name = "none"
+    adaptive_block = False  # nothing to widen
 
     @classmethod
     def from_config(cls, cfg, task, models):
