@@ -23,6 +23,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq_plugins.decoding.acceptance import ACCEPTANCES
+from fairseq_plugins.decoding.dedup import dedup_hypothesis
 from fairseq_plugins.decoding.drafters import DRAFTERS, check_block_size
 from fairseq_plugins.decoding.engine import build_draft_verify_generator
 from fairseq_plugins.decoding.report import summary_line
@@ -53,6 +54,9 @@ class FastTranslationConfig(TranslationConfig):
         default=False, metadata={"help": "ablation: no attention across directions"})
     double_topk: bool = field(
         default=False, metadata={"help": "Imamura & Sumita's DOUBLETOPK (2W left, 3W pairs) for h=2, c=1"})
+    dedup_ngram: int = field(
+        default=0, metadata={"help": "collapse adjacent repeats of n-grams up to this n in the output (IBDecoder "
+                             "§5's deduplication; 0: off); not with --drafter, whose output is fairseq's greedy"})
     # ---- draft and verify, docs/METHODS.md §2 ----
     drafter: Optional[str] = field(
         default=None, metadata={"help": "draft-and-verify drafter (unset = fairseq's own generator): " + DRAFTERS.help()})
@@ -145,6 +149,9 @@ class FastTranslationTask(TranslationTask):
                                        constraints=constraints)
         if "natural_target" in sample:  # reordered batches: fairseq-generate prints/scores sample["target"]
             sample["target"] = sample["natural_target"]
+        if self.cfg.dedup_ngram:
+            eos = self.target_dictionary.eos()
+            hypos = [[dedup_hypothesis(h, self.cfg.dedup_ngram, eos) for h in row] for row in hypos]
         self._summarise_at_end(generator)
         return hypos
 
@@ -208,6 +215,10 @@ def validate_options(cfg):
         raise FastTranslationOptionError(
             "--drafter verifies drafts with an ordinary left-to-right model; drop --target-order/"
             "--tokens-per-direction (they select the multi-token beam search instead)")
+    if cfg.dedup_ngram < 0 or (cfg.dedup_ngram and cfg.drafter is not None):
+        raise FastTranslationOptionError(
+            f"--dedup-ngram {cfg.dedup_ngram}: give n >= 1 to collapse repeated n-grams of fairseq's or a reordered "
+            "model's output, 0 for none; --drafter's output is fairseq's greedy output by contract, so drop one")
     if cfg.jacobi_length not in ("max", "greedy_oracle"):
         raise FastTranslationOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
     try:
