@@ -67,3 +67,21 @@ def test_slot_accuracy_separates_the_slots_of_a_step(tiny_corpus):
     assert result["by_direction"] == {0: 1.0, 1: 0.0}  # head-tail: slot 0 is the left-to-right one
     assert result["first_step"] == pytest.approx(0.5)
     assert 0.45 < result["accuracy"] < 0.55
+
+
+def test_the_command_reads_fairseq_generate_output(tmp_path, capsys):
+    from scripts.order_errors import main
+
+    out = tmp_path / "ib.txt"
+    out.write_text("S-0\tx y\nT-0\ta b c\nH-0\t-0.5\ta b b c\nD-0\t-0.5\ta b b c\nH-0\t-0.9\ta c\n"
+                   "S-1\tz\nT-1\td e\nH-1\t-0.2\td\n", encoding="utf-8")
+    main([str(out), "--bins", "2"])
+    table = capsys.readouterr().out
+    row = [line for line in table.splitlines() if line.startswith("| ib")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:6] == ["2", "1.000", "20.00", "20.00", "20.00"]  # 1 repeat, 1 missing (e), 1 extra (b) of 5
+    assert cells[6] == "0 1"
+    bad = tmp_path / "quiet.txt"
+    bad.write_text("Generate test with beam=4: BLEU4 = 1.0\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="do not pass --quiet"):
+        main([str(bad)])
