@@ -6,8 +6,9 @@
   sentence to ``--long`` steps minus to ``--short`` steps, over the difference (the encoder and the
   per-sentence setup cancel out);
 * drafter iteration: ``propose`` (``--fresh`` newly accepted tokens appended to its cache, k mask
-  slots, the first K projected onto the vocabulary, argmax), averaged over ``--iterations`` calls
-  that follow one sentence (the per-batch ``begin`` is timed apart);
+  slots, the first K projected onto the vocabulary, argmax), called as the engine calls it (with
+  its host-side longest prefix), averaged over ``--iterations`` calls that follow one sentence
+  (the per-batch ``begin`` is timed apart);
 * the three are timed interleaved, ``--pairs`` times, in alternating order; medians are reported,
   of the thread's CPU time (one thread: other jobs on a shared machine do not inflate it), or of
   wall-clock time with ``--wall``.

@@ -10,8 +10,11 @@ row, ``[tokens accepted since the last call, MASK x k]``:
   are final, so the cache only grows: nothing is cut back, nothing recomputed);
 * the k mask slots attend to the cache, the new tokens and each other; their keys/values are
   written past the row's length and overwritten by the next call (never cached);
-* only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary.
+* only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary
+  (``drafters.projection``: on a CPU in fp32 through a packed weight).
 
+At batch 1 (``MaskSlotStep``) the row's slots are plain slices and, since only the mask slots'
+outputs are read, the last layer computes the new tokens' keys/values and nothing else of theirs.
 Rows are laid out ``[new tokens, MASK x k, PAD ...]`` (each row's slots contiguous after its cached
 length, so the cache's per-row writes keep them in order); the PAD columns are never attended to.
 This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_shallow_drafter.py).
