@@ -102,6 +102,38 @@ def test_decoding_pass_with_its_cache_gives_the_training_forward(setup, shallow_
     assert d.cache.lengths.tolist() == [15]  # BOS + 14 tokens cached: each token was computed once
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_one_row_pass_computes_the_mask_slots_alone_and_gives_the_training_forward(setup, shallow_drafter, layers):
+    """At batch 1 the last layer carries on with the k mask slots alone (the new tokens give it only
+    their keys/values; no attention mask): over calls of 1-5 new tokens the logits still equal the
+    one-pass training forward (1e-5), and each token is cached once.  ``layers=1``: the trained
+    drafter cut to its first layer (the demo config's depth)."""
+    from fairseq_plugins.data.nar_drafter_batch import block_input
+    from fairseq_plugins.decoding.drafters import DraftContext
+    from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter
+
+    models, task, batches, _ = setup
+    d = shallow(models, task, shallow_drafter, block_size=BLOCK).drafter
+    if layers == 1:
+        model = copy.deepcopy(d.model)
+        model.decoder.layers = model.decoder.layers[:1]
+        d = ShallowDrafter(model, BLOCK, d.k, d.vocab, PAD, verifier=models[0])
+    assert len(d.step.layers) == layers
+    net = batches[1][0]["net_input"]
+    out = torch.randint(4, 500, (1, 40), generator=torch.Generator().manual_seed(2))
+    out[:, 0] = BOS
+    with torch.no_grad():
+        enc = models[0].encoder.forward_torchscript(net)
+        d.begin(DraftContext(net["src_tokens"], net["src_lengths"], 30, 40, None, BOS, BOS, PAD, encoder_out=enc))
+        for n_gen in (0, 3, 4, 9, 11):  # 1 (BOS), 3, 1, 5, 2 tokens new to the cache
+            lean = d.block_logits(out, torch.tensor([n_gen]), n_gen)
+            inp = block_input(out, torch.tensor([n_gen]), d.k, PAD, d.mask)
+            plain = d.model.decoder(inp, encoder_out=enc, block=d.k)[0]
+            assert lean.shape == (1, BLOCK, DRAFT_VOCAB)
+            assert torch.allclose(plain[:, :BLOCK], lean, atol=1e-5), (plain[:, :BLOCK] - lean).abs().max()
+    assert d.cache.lengths.tolist() == [12] and d.cache.max_length == 12
+
+
 @pytest.mark.parametrize("bs", [1, 8])
 @pytest.mark.parametrize("width", ["off", "auto"])  # the paper's k every call; the cost-aware width (default)
 def test_gad_exact_with_the_shallow_drafter_equals_fairseq_greedy(setup, shallow_drafter, bs, width):

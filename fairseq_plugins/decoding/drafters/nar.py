@@ -164,7 +164,7 @@ class NARDrafter(BlockDrafter):
         logits = logits[:, :, : self.vocab]
         full = n_gen.new_full((n_gen.size(0),), self.block)
         if not self.ctx.final:
-            logits[:, :, self.pad] = -torch.inf
+            logits.select(-1, self.pad).fill_(-torch.inf)
             return Draft(logits.argmax(dim=-1), full, width=self.block)
         lprobs = torch.log_softmax(logits.float(), dim=-1)
         steps = n_gen.unsqueeze(1) + torch.arange(self.block, device=n_gen.device)  # slot i is step n_gen + i

@@ -10,8 +10,11 @@ row, ``[tokens accepted since the last call, MASK x k]``:
   are final, so the cache only grows: nothing is cut back, nothing recomputed);
 * the k mask slots attend to the cache, the new tokens and each other; their keys/values are
   written past the row's length and overwritten by the next call (never cached);
-* only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary.
+* only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary
+  (``drafters.projection``: on a CPU in fp32 through a packed weight).
 
+At batch 1 (``MaskSlotStep``) the row's slots are plain slices and, since only the mask slots'
+outputs are read, the last layer computes the new tokens' keys/values and nothing else of theirs.
 Rows are laid out ``[new tokens, MASK x k, PAD ...]`` (each row's slots contiguous after its cached
 length, so the cache's per-row writes keep them in order); the PAD columns are never attended to.
 This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_shallow_drafter.py).
@@ -19,11 +22,60 @@ This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_sh
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.drafters.base import Draft
 from fairseq_plugins.decoding.drafters.nar import NARDrafter, NARDrafterError
+from fairseq_plugins.decoding.drafters.projection import DraftVocabProjection
+from fairseq_plugins.decoding.step import DecoderStep, _LayerWeights, _linear, _ln
 from fairseq_plugins.models.shallow_drafter import fingerprint_matches
+
+
+class MaskSlotStep(DecoderStep):
+    """The lean decoder step (``step.DecoderStep``) for one row of the shallow drafter, where only
+    the mask slots' outputs are read: in the *last* layer the newly accepted tokens need nothing
+    but their keys/values (the cache's entries), so that layer carries on past its self-attention
+    with the k mask slots alone, and they attend to every column with no mask at all (a mask slot
+    sees the whole prefix and every slot).  Earlier layers (``--decoder-layers 2``) compute every
+    column, the new tokens causally."""
+
+    def mask_slots(self, cache: KVCache, tokens: Tensor, slots: Tensor, fresh: int, causal: Tensor) -> Tensor:
+        """Hidden states ``(1, k, d)`` of the k mask slots at the end of ``tokens`` ``(1, fresh + k)``
+        (at ``slots``); the new tokens' keys/values are written at the cache's length (``causal``:
+        the earlier layers' mask over the cache and the call's columns)."""
+        B, m = tokens.shape
+        x = self.embed(tokens, slots)
+        cache.ensure_capacity(cache.max_length + m)
+        e = 0
+        for i, lw in enumerate(self.layers[:-1]):
+            x = self._layer(i, e, lw, x, (cache, causal, None, cache, B, m))
+            e += lw.has_ea
+        last = self.layers[-1]
+        x = self._mask_slot_attention(len(self.layers) - 1, last, x, cache, fresh)
+        ctx = (cache, None, None, cache, B, m - fresh)
+        if last.has_ea and cache.enc_k:
+            x = self._encoder_attention(e, last, x, ctx)
+        x = self._feed_forward(last, x)
+        dec = self.decoder
+        if dec.layer_norm is not None:
+            x = dec.layer_norm(x)
+        if dec.project_out_dim is not None:
+            x = dec.project_out_dim(x)
+        return x
+
+    def _mask_slot_attention(self, i: int, lw: _LayerWeights, x: Tensor, cache: KVCache, fresh: int) -> Tensor:
+        B, m, _ = x.shape
+        h = _ln(x, lw.sa_ln) if lw.pre else x
+        q, k, v = F.linear(h, lw.qkv_w, lw.qkv_b).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        past = cache.max_length
+        kb, vb = cache.k[i], cache.v[i]
+        kb[:, :, past : past + m] = k
+        vb[:, :, past : past + m] = v
+        a = F.scaled_dot_product_attention(q[:, :, fresh:], kb[:, :, : past + m], vb[:, :, : past + m])
+        x = x[:, fresh:] + _linear(a.transpose(1, 2).reshape(B, m - fresh, -1), lw.sa_o)
+        return x if lw.pre else _ln(x, lw.sa_ln)
 
 
 class ShallowDrafter(NARDrafter):
@@ -35,9 +87,12 @@ class ShallowDrafter(NARDrafter):
                 "it was trained with (its --verifier-path), or train one against this verifier with fairseq-train "
                 "--task nar_drafter --arch shallow_drafter_tiny --verifier-path VERIFIER.pt")
         super().__init__(model, block_size, trained_block, vocab_size, pad, verifier=verifier)
+        self.step = MaskSlotStep(model.decoder)
         self.cache = None
-        self._arange, self._masks, self._dtype = None, {}, None
-        self._projection, self._projection_key = None, None
+        self._arange, self._mask_row, self._masks, self._dtype = None, None, {}, None
+        decoder = model.decoder
+        self.projection = DraftVocabProjection(lambda: decoder.output_projection.weight,
+                                               lambda: getattr(decoder, "draft_vocab", 0))
 
     def begin(self, ctx):
         super(NARDrafter, self).begin(ctx)
@@ -52,10 +107,8 @@ class ShallowDrafter(NARDrafter):
         if (self._arange is None or self._arange.device != device or self._arange.numel() < ctx.width + self.k + 1
                 or self._dtype != w.dtype):
             self._arange, self._masks, self._dtype = torch.arange(ctx.width + self.k + 1, device=device), {}, w.dtype
-        key = (w.data_ptr(), w._version, w.dtype, w.device)
-        if key != self._projection_key:  # W^T of the draft vocabulary, contiguous (see step.VocabProjection)
-            n = self.model.decoder.draft_vocab or w.size(0)
-            self._projection, self._projection_key = w[:n].detach().t().contiguous(), key
+            self._mask_row = torch.full((1, self.k), self.mask, dtype=torch.long, device=device)
+        self.projection.refresh(rows_hint=self.block)
 
     def propose(self, out: Tensor, n_gen: Tensor, longest=None) -> Draft:
         if longest is None:
@@ -77,13 +130,12 @@ class ShallowDrafter(NARDrafter):
         each row's prefix ``out[b, :n_gen[b] + 1]`` (``longest = max(n_gen)``); the tokens not yet
         cached are appended to the cache."""
         cache = self.cache
-        if out.size(0) == 1:  # one row (its cache aligned, its length known): slices and a kept mask
+        if out.size(0) == 1:  # one row (its cache aligned, its length known): slices, the mask slots alone
             c = cache.max_length
             f = longest + 1 - c
-            tokens = torch.cat([out[:, c : c + f], out.new_full((out.size(0), self.k), self.mask)], dim=1)
-            _, hidden = self.step(cache, tokens, self._arange[c : c + f + self.k], attn_mask=self._mask(c, f),
-                                  project=None)
-            hidden = hidden[:, f : f + self.block]
+            tokens = torch.cat([out[:, c : c + f], self._mask_row], dim=1)
+            causal = self._mask(c, f) if len(self.step.layers) > 1 else None
+            hidden = self.step.mask_slots(cache, tokens, self._arange[c : c + f + self.k], f, causal)[:, : self.block]
             cache.advance(f)  # the new tokens stay in the cache (the masks' entries are overwritten next time)
         else:
             tokens, slots, attn_mask, first = self.block_input(out, n_gen)
@@ -91,7 +143,7 @@ class ShallowDrafter(NARDrafter):
             at = first.unsqueeze(1) + self._arange[: self.block]  # the draft's mask slots, per row
             hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
             cache.commit(first, longest + 1, False)
-        return hidden @ self._projection
+        return self.projection(hidden)
 
     def block_input(self, out: Tensor, n_gen: Tensor):
         """Rows of different cache lengths: ``(tokens, slots, attn_mask, first)``: per row its tokens
