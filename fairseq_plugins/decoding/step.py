@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
+from fairseq_plugins.decoding.projection import VocabProjection
 
 
 class UnsupportedDecoderError(ValueError):
@@ -161,6 +162,7 @@ class DecoderStep:
         sinusoidal table for every position the decoder accepts (no per-call size check)."""
         for lw in self.layers:
             lw.refresh()
+        self.vocab_projection.refresh()
         pos = self.decoder.embed_positions
         if self.embed_slots is None and pos is not None and hasattr(pos, "weights"):
             weight = self.decoder.embed_tokens.weight
@@ -302,29 +304,3 @@ class DecoderStep:
     def log_probs(logits: Tensor) -> Tensor:
         """fairseq's get_normalized_probs: log-softmax in float32 whatever the model's dtype."""
         return F.log_softmax(logits.float(), dim=-1)
-
-
-class VocabProjection:
-    """A fairseq decoder's output projection, computed as ``x @ W^T`` from a cached contiguous W^T.
-
-    x @ W^T with W (V, d) as stored is a transposed GEMV that reads the largest matrix of a small
-    model in the slowest pattern (2.3x slower on CPU than the same product from W^T stored
-    contiguously, d=128 V=8K); so W^T is kept, the one tensor derived from the weights, refreshed
-    whenever W changes (dtype, device or in-place update).  Used by the lean step and by drafters
-    that project onto the vocabulary themselves (blockwise heads)."""
-
-    def __init__(self, decoder):
-        self.decoder = decoder
-        proj = getattr(decoder, "output_projection", None)
-        self.proj = proj if isinstance(proj, torch.nn.Linear) and proj.bias is None else None
-        self._t: Optional[Tensor] = None
-        self._key = None
-
-    def __call__(self, x: Tensor) -> Tensor:
-        if self.proj is None:  # adaptive softmax or a custom layer: fairseq's own
-            return self.decoder.output_layer(x)
-        w = self.proj.weight
-        key = (w.data_ptr(), w._version, w.dtype, w.device)
-        if key != self._key:
-            self._t, self._key = w.detach().t().contiguous(), key
-        return x @ self._t

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, DrafterNotAvailableError, StepResult
-from fairseq_plugins.decoding.step import VocabProjection
+from fairseq_plugins.decoding.projection import VocabProjection
 
 TRAIN_HEADS_HINT = (
     "train heads on top of it, e.g.\n"
@@ -51,7 +51,7 @@ class BlockwiseDrafter(BlockDrafter):
         self.model = model
         self.heads = heads
         self.h: Optional[torch.Tensor] = None  # (B, d): the verifier's hidden state the heads read next
-        self.project = VocabProjection(model.decoder)  # the shared output projection, from a cached W^T
+        self.project = VocabProjection(model.decoder)  # the shared output projection (decoding.projection)
 
     @classmethod
     def from_config(cls, cfg, task, models):
@@ -64,6 +64,7 @@ class BlockwiseDrafter(BlockDrafter):
 
     def begin(self, ctx):
         super().begin(ctx)
+        self.project.refresh()
         self.h = None  # the first call only proposes
 
     def propose(self, out, n_gen, longest=None):

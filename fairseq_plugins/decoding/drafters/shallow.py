@@ -11,7 +11,7 @@ row, ``[tokens accepted since the last call, MASK x k]``:
 * the k mask slots attend to the cache, the new tokens and each other; their keys/values are
   written past the row's length and overwritten by the next call (never cached);
 * only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary
-  (``drafters.projection``: on a CPU in fp32 through a packed weight).
+  (``decoding.projection``: on a CPU in fp32 the faster of two kernels, measured).
 
 At batch 1 (``MaskSlotStep``) the row's slots are plain slices and, since only the mask slots'
 outputs are read, the last layer computes the new tokens' keys/values and nothing else of theirs.
@@ -28,7 +28,7 @@ from torch import Tensor
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.drafters.base import Draft
 from fairseq_plugins.decoding.drafters.nar import NARDrafter, NARDrafterError
-from fairseq_plugins.decoding.drafters.projection import DraftVocabProjection
+from fairseq_plugins.decoding.projection import VocabProjection
 from fairseq_plugins.decoding.step import DecoderStep, _LayerWeights, _linear, _ln
 from fairseq_plugins.models.shallow_drafter import fingerprint_matches
 
@@ -91,8 +91,7 @@ class ShallowDrafter(NARDrafter):
         self.cache = None
         self._arange, self._mask_row, self._masks, self._dtype = None, None, {}, None
         decoder = model.decoder
-        self.projection = DraftVocabProjection(lambda: decoder.output_projection.weight,
-                                               lambda: getattr(decoder, "draft_vocab", 0))
+        self.projection = VocabProjection(decoder, rows_of=lambda: getattr(decoder, "draft_vocab", 0))
 
     def begin(self, ctx):
         super(NARDrafter, self).begin(ctx)
@@ -108,7 +107,7 @@ class ShallowDrafter(NARDrafter):
                 or self._dtype != w.dtype):
             self._arange, self._masks, self._dtype = torch.arange(ctx.width + self.k + 1, device=device), {}, w.dtype
             self._mask_row = torch.full((1, self.k), self.mask, dtype=torch.long, device=device)
-        self.projection.refresh(rows_hint=self.block)
+        self.projection.refresh()
 
     def propose(self, out: Tensor, n_gen: Tensor, longest=None) -> Draft:
         if longest is None:

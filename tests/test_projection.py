@@ -1,0 +1,81 @@
+"""decoding.projection: the laid-out products and the kernel each bucket of row counts keeps."""
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_plugins.decoding.projection import KernelChoice, Product, packing_available
+
+
+def _slow(seconds, result):
+    def kernel(x):
+        time.sleep(seconds)
+        return result(x)
+    return kernel
+
+
+def test_each_bucket_keeps_the_kernel_that_was_faster_on_its_first_input():
+    calls = {"a": 0, "b": 0}
+
+    def a(x):
+        calls["a"] += 1
+        time.sleep(0.002 if x.size(0) > 1 else 0.0)  # slow on many rows
+        return x + 1
+
+    def b(x):
+        calls["b"] += 1
+        time.sleep(0.0 if x.size(0) > 1 else 0.002)  # slow on one row
+        return x + 1
+
+    choice = KernelChoice()
+    one, many = torch.zeros(1, 4), torch.zeros(6, 4)
+    assert torch.equal(choice(1, one, a, b), one + 1)
+    assert torch.equal(choice(6, many, a, b), many + 1)
+    assert choice.picks == {1: False, 3: True}  # buckets by bit length: 1 -> 1, 4..7 -> 3
+    calls.update(a=0, b=0)
+    choice(5, torch.zeros(5, 4), a, b)  # same bucket as 6 rows: no timing again, the kept kernel only
+    choice(1, one, a, b)
+    assert calls == {"a": 1, "b": 1}
+
+
+@pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_packed_and_plain_products_agree_at_every_row_count(bias):
+    torch.manual_seed(0)
+    w = torch.randn(300, 32)
+    b = torch.randn(300) if bias else None
+    proj = Product(lambda: w, lambda: b)
+    proj.refresh()
+    assert proj.wide_is_cheap
+    for rows in (1, 2, 3, 5, 11, 40):
+        x = torch.randn(2, rows, 32)
+        ref = F.linear(x, w, b)
+        assert torch.allclose(proj(x), ref, atol=1e-4)
+        assert torch.allclose(proj._packed_product(x), ref, atol=1e-4)  # both kernels, whichever was kept
+        assert torch.allclose(proj._plain(x), ref, atol=1e-4)
+
+
+def test_the_product_follows_the_weight_and_keeps_only_the_draft_rows():
+    w = torch.randn(50, 8)
+    rows = {"n": 20}
+    proj = Product(lambda: w, rows_of=lambda: rows["n"])
+    x = torch.randn(3, 8)
+    assert torch.allclose(proj(x), x @ w[:20].t(), atol=1e-5)
+    with torch.no_grad():
+        w.mul_(2)  # an in-place update (load_state_dict) seen at the next refresh
+    rows["n"] = 0  # 0: every row
+    proj.refresh()
+    assert proj(x).shape == (3, 50) and torch.allclose(proj(x), x @ w.t(), atol=1e-5)
+
+
+def test_half_precision_and_a_cpu_without_onednn_keep_the_plain_product():
+    w = torch.randn(40, 8)
+    half = Product(lambda: w.half())
+    half.refresh()
+    assert not half.wide_is_cheap
+    assert half(torch.randn(4, 8).half()).dtype == torch.float16
+    with torch.backends.mkldnn.flags(enabled=False):
+        plain = Product(lambda: w)
+        plain.refresh()
+        assert not plain.wide_is_cheap and plain._choice is None
