@@ -59,7 +59,7 @@ def test_the_packed_and_plain_products_agree_at_every_row_count(bias):
 def test_the_product_follows_the_weight_and_keeps_only_the_draft_rows():
     w = torch.randn(50, 8)
     rows = {"n": 20}
-    proj = Product(lambda: w, rows_of=lambda: rows["n"])
+    proj = Product(lambda: w, rows_of=lambda: rows["n"], transposed=True)
     x = torch.randn(3, 8)
     assert torch.allclose(proj(x), x @ w[:20].t(), atol=1e-5)
     with torch.no_grad():

@@ -2,9 +2,9 @@
 the kernel picked by timing it: the output projection onto the vocabulary (the verifier's, a
 drafter's onto its draft vocabulary) and the lean step's layer products.
 
-* Everywhere: without a bias (the vocabulary projections), ``W^T`` contiguous (``x @ W^T`` read in
-  the stored layout is a transposed GEMV, 2.3x slower on a CPU for the largest matrix of a small
-  model, d=128 V=8K); with one (the layers), fairseq's own ``F.linear``.
+* Everywhere, the plain kernel: for the vocabulary projections ``x @ W^T`` from ``W^T`` kept
+  contiguous (``x @ W^T`` read in the stored layout is a transposed GEMV, 2.3x slower on a CPU for
+  the largest matrix of a small model, d=128 V=8K); for the layers fairseq's own ``F.linear``.
 * On a CPU in fp32 where oneDNN is available, a second kernel: oneDNN's linear on a weight packed once
   (``torch.ops.mkldnn._reorder_linear_weight``, the path torch's own inductor takes on a CPU).  MKL's
   GEMM on a few rows reads W again for about every row, the packed product reads it once: at d=128
@@ -32,6 +32,12 @@ def packing_available() -> bool:
                     and torch.ops.mkldnn._linear_pointwise is not None)
     except (AttributeError, RuntimeError):  # a torch build without these operators
         return False
+
+
+def identity(t: Tensor):
+    """What changes when a weight is replaced, moved, cast or updated in place (an inference tensor,
+    made under ``torch.inference_mode``, has no version counter: its storage stands for it)."""
+    return t.data_ptr(), (-1 if t.is_inference() else t._version), t.dtype, t.device
 
 
 class KernelChoice:
@@ -62,8 +68,9 @@ class Product:
     rows of W used (0: all; a drafter's ``--draft-vocab``)."""
 
     def __init__(self, weight_of: Callable[[], Tensor], bias_of: Callable[[], Optional[Tensor]] = lambda: None,
-                 rows_of: Callable[[], int] = lambda: 0):
+                 rows_of: Callable[[], int] = lambda: 0, transposed: bool = False):
         self._weight_of, self._bias_of, self._rows_of = weight_of, bias_of, rows_of
+        self._transposed = transposed  # plain kernel x @ W^T from a contiguous copy (else F.linear)
         self._w: Optional[Tensor] = None
         self._t: Optional[Tensor] = None
         self._b: Optional[Tensor] = None
@@ -74,13 +81,12 @@ class Product:
     def refresh(self):
         w, b = self._weight_of(), self._bias_of()
         n = self._rows_of() or w.size(0)
-        key = (w.data_ptr(), w._version, w.dtype, w.device, n,
-               None if b is None else (b.data_ptr(), b._version, b.dtype, b.device))
+        key = (identity(w), n, None if b is None else identity(b))
         if key == self._key:
             return
         w = w[:n].detach()
         self._w, self._b = w, None if b is None else b[:n].detach()
-        self._t = w.t().contiguous() if b is None else None  # with a bias: fairseq's own F.linear
+        self._t = w.t().contiguous() if self._transposed else None
         self._packed, self._choice = None, None
         if w.device.type == "cpu" and w.dtype == torch.float32 and packing_available():
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous())  # no rows hint: a hint of 1 packs for GEMV, 1.7x slower at 2-10 rows
@@ -118,7 +124,7 @@ class VocabProjection:
         self.decoder = decoder
         proj = getattr(decoder, "output_projection", None)
         plain = isinstance(proj, torch.nn.Linear) and proj.bias is None
-        self.product = Product(lambda: proj.weight, rows_of=rows_of) if plain else None
+        self.product = Product(lambda: proj.weight, rows_of=rows_of, transposed=True) if plain else None
 
     def refresh(self):
         """Once per batch (the weight may have moved or changed since the last)."""

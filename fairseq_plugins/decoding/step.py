@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
-from fairseq_plugins.decoding.projection import VocabProjection
+from fairseq_plugins.decoding.projection import Product, VocabProjection, identity
 
 
 class UnsupportedDecoderError(ValueError):
@@ -39,9 +39,10 @@ class UnsupportedDecoderError(ValueError):
 
 
 class _LayerWeights:
-    """One decoder layer's parameters as plain tensor references (no nn.Module attribute lookups
-    per call), plus the one tensor the step derives: the self-attention's q/k/v projections
-    stacked into one matrix, so that a call makes one GEMM instead of three.  ``refresh`` (once per
+    """One decoder layer's parameters as plain references (no nn.Module attribute lookups per call):
+    its linear maps as ``projection.Product``s (on a CPU the kernel timed faster per row count), the
+    self-attention's q/k/v projections stacked into one matrix, so that a call makes one GEMM
+    instead of three.  ``refresh`` (once per
     batch, from ``DecoderStep.begin``) re-reads everything, so .half()/.cuda()/load_state_dict on
     the model after building the step are seen."""
 
@@ -57,26 +58,36 @@ class _LayerWeights:
         self.pre = bool(layer.normalize_before)
         self.has_ea = layer.encoder_attn is not None
         self._key = None
+        # the layer's products (decoding.projection), re-reading their weights at each refresh
+        self.qkv = Product(lambda: self.qkv_w, lambda: self.qkv_b)
+        self.sa_o, self.fc1, self.fc2 = _product(layer.self_attn.out_proj), _product(layer.fc1), _product(layer.fc2)
+        self.products = [self.qkv, self.sa_o, self.fc1, self.fc2]
+        if self.has_ea:
+            ea = layer.encoder_attn
+            self.ea_q, self.ea_o = _product(ea.q_proj), _product(ea.out_proj)
+            self.ea_k, self.ea_v = _product(ea.k_proj), _product(ea.v_proj)
+            self.products += [self.ea_q, self.ea_o, self.ea_k, self.ea_v]
         self.refresh()
 
     def refresh(self):
         layer = self.layer
         sa = layer.self_attn
         qkv = (sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight, sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias)
-        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in qkv)
+        key = tuple(identity(t) for t in qkv)
         if key != self._key:
             self.qkv_w = torch.cat([t.detach() for t in qkv[:3]], 0)
             self.qkv_b = torch.cat([t.detach() for t in qkv[3:]], 0)
             self._key = key
-        self.sa_o = (sa.out_proj.weight, sa.out_proj.bias)
+        for p in self.products:
+            p.refresh()
         self.sa_ln = _norm(layer.self_attn_layer_norm)
         if self.has_ea:
-            ea = layer.encoder_attn
-            self.ea_q, self.ea_o = (ea.q_proj.weight, ea.q_proj.bias), (ea.out_proj.weight, ea.out_proj.bias)
-            self.ea_k, self.ea_v = (ea.k_proj.weight, ea.k_proj.bias), (ea.v_proj.weight, ea.v_proj.bias)
             self.ea_ln = _norm(layer.encoder_attn_layer_norm)
-        self.fc1, self.fc2 = (layer.fc1.weight, layer.fc1.bias), (layer.fc2.weight, layer.fc2.bias)
         self.ffn_ln = _norm(layer.final_layer_norm)
+
+
+def _product(linear) -> Product:
+    return Product(lambda: linear.weight, lambda: linear.bias)
 
 
 def _norm(ln):
@@ -85,10 +96,6 @@ def _norm(ln):
 
 def _ln(x: Tensor, norm) -> Tensor:
     return F.layer_norm(x, norm[0], norm[1], norm[2], norm[3])
-
-
-def _linear(x: Tensor, wb) -> Tensor:
-    return F.linear(x, wb[0], wb[1])
 
 
 class DecoderStep:
@@ -134,8 +141,8 @@ class DecoderStep:
             for lw in self.layers:
                 if not lw.has_ea:
                     continue
-                enc_k.append(_linear(x, lw.ea_k).view(B, S, H, dh).transpose(1, 2))
-                enc_v.append(_linear(x, lw.ea_v).view(B, S, H, dh).transpose(1, 2))
+                enc_k.append(lw.ea_k(x).view(B, S, H, dh).transpose(1, 2))
+                enc_v.append(lw.ea_v(x).view(B, S, H, dh).transpose(1, 2))
         else:
             B = batch_size
         enc_mask = None
@@ -268,7 +275,7 @@ class DecoderStep:
         cache, mask, scatter, _, B, m = ctx
         residual = x
         h = _ln(x, lw.sa_ln) if lw.pre else x
-        q, k, v = F.linear(h, lw.qkv_w, lw.qkv_b).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = lw.qkv(h).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if cache is not None:  # write the new keys/values at each row's length, attend to the used columns
             kb, vb = cache.k[i], cache.v[i]
             past = cache.max_length
@@ -280,7 +287,7 @@ class DecoderStep:
                 vb.scatter_(2, scatter, v)
             k, v = kb[:, :, : past + m], vb[:, :, : past + m]
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, m, -1)
-        x = residual + _linear(a, lw.sa_o)
+        x = residual + lw.sa_o(a)
         return x if lw.pre else _ln(x, lw.sa_ln)
 
     def _encoder_attention(self, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
@@ -289,15 +296,15 @@ class DecoderStep:
         h = _ln(x, lw.ea_ln) if lw.pre else x
         H, dh, g = self.heads, self.head_dim, enc_side.group
         # (B, m, H, dh) -> per source: (B / g, H, g * m, dh); the g rows of a source attend to its keys at once
-        q = _linear(h, lw.ea_q).view(B // g, g * m, H, dh).transpose(1, 2)
+        q = lw.ea_q(h).view(B // g, g * m, H, dh).transpose(1, 2)
         a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_side.enc_mask)
-        x = residual + _linear(a.transpose(1, 2).reshape(B, m, -1), lw.ea_o)
+        x = residual + lw.ea_o(a.transpose(1, 2).reshape(B, m, -1))
         return x if lw.pre else _ln(x, lw.ea_ln)
 
     def _feed_forward(self, lw: _LayerWeights, x: Tensor) -> Tensor:
         residual = x
         h = _ln(x, lw.ffn_ln) if lw.pre else x
-        x = residual + _linear(lw.act(_linear(h, lw.fc1)), lw.fc2)
+        x = residual + lw.fc2(lw.act(lw.fc1(h)))
         return x if lw.pre else _ln(x, lw.ffn_ln)
 
     @staticmethod

@@ -29,7 +29,7 @@ from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.drafters.base import Draft
 from fairseq_plugins.decoding.drafters.nar import NARDrafter, NARDrafterError
 from fairseq_plugins.decoding.projection import VocabProjection
-from fairseq_plugins.decoding.step import DecoderStep, _LayerWeights, _linear, _ln
+from fairseq_plugins.decoding.step import DecoderStep, _LayerWeights, _ln
 from fairseq_plugins.models.shallow_drafter import fingerprint_matches
 
 
@@ -68,13 +68,13 @@ class MaskSlotStep(DecoderStep):
     def _mask_slot_attention(self, i: int, lw: _LayerWeights, x: Tensor, cache: KVCache, fresh: int) -> Tensor:
         B, m, _ = x.shape
         h = _ln(x, lw.sa_ln) if lw.pre else x
-        q, k, v = F.linear(h, lw.qkv_w, lw.qkv_b).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = lw.qkv(h).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         past = cache.max_length
         kb, vb = cache.k[i], cache.v[i]
         kb[:, :, past : past + m] = k
         vb[:, :, past : past + m] = v
         a = F.scaled_dot_product_attention(q[:, :, fresh:], kb[:, :, : past + m], vb[:, :, : past + m])
-        x = x[:, fresh:] + _linear(a.transpose(1, 2).reshape(B, m - fresh, -1), lw.sa_o)
+        x = x[:, fresh:] + lw.sa_o(a.transpose(1, 2).reshape(B, m - fresh, -1))
         return x if lw.pre else _ln(x, lw.sa_ln)
 
 
