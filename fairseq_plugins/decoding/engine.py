@@ -39,7 +39,7 @@ appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed;
 """
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 from torch import Tensor
@@ -50,6 +50,8 @@ from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.drafters import Draft, DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.inference import inference_generate
+from fairseq_plugins.decoding.iteration_cost import device_clock
+from fairseq_plugins.decoding.projection import Warmup
 from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.scoring import Columns, ColumnScorer, Scored
 from fairseq_plugins.decoding.verifier import Verifier
@@ -99,7 +101,9 @@ class Run:
     propose: bool = True      # ask the drafter for the next call's draft (the width policy's decision)
     drafting: bool = True     # False once the policy will never draft again in this batch
     asked: bool = False       # the drafter proposed since the last host synchronisation (the width policy's costs)
+    timer: Callable[[], float] = time.perf_counter  # iteration_cost.device_clock of the batch's device
     clock: Optional[float] = None  # when the last host synchronisation returned (None: none yet in this batch)
+    warmups: int = -1  # projection.Warmup.events at that time: an interval that warmed a kernel is not timed
 
 
 @dataclass
@@ -236,9 +240,10 @@ class DraftVerifyGenerator:
         if self.choice is None:
             return self._generate(net_input, src_lengths, max_len, self.drafter, self.policy)
         name = self.choice.next()  # --drafter auto: this batch's candidate, timed as a whole
-        start = time.perf_counter()
+        clock = device_clock(src_tokens.device)
+        start = clock()
         finalized = self._generate(net_input, src_lengths, max_len, self.drafter.candidates[name], self.policies[name])
-        self.choice.record(name, time.perf_counter() - start, sum(len(h[0]["tokens"]) for h in finalized))
+        self.choice.record(name, clock() - start, sum(len(h[0]["tokens"]) for h in finalized))
         self.stats["drafter"] = f"auto ({self.choice.chosen or 'choosing'})"
         self.stats["drafter_choice"] = self.choice.summary()
         return finalized
@@ -302,7 +307,8 @@ class DraftVerifyGenerator:
                                    encoder_out=None if alone else self.verifier.encoder_out))
         policy.begin(bsz, kmax)
         run = Run(drafter, acceptance, policy, cache, max_len, torch.arange(width + 1, device=device), [None] * bsz,
-                  torch.zeros(2, dtype=torch.long, device=device), count_stats, propose=policy.expects_draft())
+                  torch.zeros(2, dtype=torch.long, device=device), count_stats, propose=policy.expects_draft(),
+                  timer=device_clock(device))
         # a prior that does not pay: the first call is a plain step, its draft not even asked for
         rows.draft = self._propose(run, rows)
         if rows.draft.size:  # trim to the widest useful draft (one sync before the first call, unless known)
@@ -436,8 +442,9 @@ class DraftVerifyGenerator:
             read[name], at = host[at : at + part.numel()], at + part.numel()
         if "next_width" in read:
             read["next_width"] = read["next_width"][0]
-        now = time.perf_counter()  # the first interval of a batch holds the encoder: not timed
-        seconds, run.clock = (None if run.clock is None else now - run.clock), now
+        now = run.timer()  # the first interval of a batch holds the encoder: not timed
+        cold = Warmup.events != run.warmups  # a kernel met a new shape: not what the next ones cost
+        seconds, run.clock, run.warmups = (None if run.clock is None or cold else now - run.clock), now, Warmup.events
         synced = Synced(**read, width=verdict.fed.size, asked=run.asked, seconds=seconds)
         run.asked = False
         return synced

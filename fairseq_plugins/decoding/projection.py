@@ -48,6 +48,7 @@ class KernelChoice:
         self.picks: Dict[int, bool] = {}  # bucket -> use the second kernel
 
     def __call__(self, rows: int, x: Tensor, first: Callable[[Tensor], Tensor], second: Callable[[Tensor], Tensor]):
+        """The kernel to use for ``rows`` rows (``x``: an input of that many, timed when its bucket is new)."""
         bucket = rows.bit_length()
         pick = self.picks.get(bucket)
         if pick is None:
@@ -55,11 +56,18 @@ class KernelChoice:
             for _ in range(REPEATS + 1):  # the first round warms both up; interleaved
                 for i, kernel in enumerate((first, second)):
                     t = time.perf_counter()
-                    y = kernel(x)
+                    kernel(x)
                     times[i] = min(times[i], time.perf_counter() - t)
             pick = self.picks[bucket] = times[1] < times[0]
-            return y if pick else first(x)
-        return second(x) if pick else first(x)
+        return second if pick else first
+
+
+class Warmup:
+    """How many products so far met a row count for the first time (a kernel timed, oneDNN building
+    its kernel for a new shape: about 1 ms each).  The engine leaves the iterations in which this
+    grew out of the costs it learns (``iteration_cost``): they say nothing about the next ones."""
+
+    events = 0
 
 
 class Product:
@@ -76,6 +84,7 @@ class Product:
         self._b: Optional[Tensor] = None
         self._packed: Optional[Tensor] = None
         self._choice: Optional[KernelChoice] = None
+        self._kernels: Dict[int, Callable[[Tensor], Tensor]] = {}  # rows -> the kernel kept for them
         self._key = None
 
     def refresh(self):
@@ -87,7 +96,7 @@ class Product:
         w = w[:n].detach()
         self._w, self._b = w, None if b is None else b[:n].detach()
         self._t = w.t().contiguous() if self._transposed else None
-        self._packed, self._choice = None, None
+        self._packed, self._choice, self._kernels = None, None, {}
         if w.device.type == "cpu" and w.dtype == torch.float32 and packing_available():
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous())  # no rows hint: a hint of 1 packs for GEMV, 1.7x slower at 2-10 rows
             self._choice = KernelChoice()
@@ -110,9 +119,13 @@ class Product:
         if self._choice is None or x.dtype != torch.float32 or x.device.type != "cpu":
             return self._plain(x)
         rows = x.numel() // max(x.size(-1), 1)
-        if rows == 0:
-            return self._plain(x)
-        return self._choice(rows, x, self._plain, self._packed_product)
+        kernel = self._kernels.get(rows)
+        if kernel is None:
+            if rows == 0:
+                return self._plain(x)
+            kernel = self._kernels[rows] = self._choice(rows, x, self._plain, self._packed_product)
+            Warmup.events += 1
+        return kernel(x)
 
 
 class VocabProjection:
