@@ -5,7 +5,8 @@ every scored column costs its vocabulary projection, so a call of width 10 costs
 on a GPU it costs about what a plain step does.  So the width policy (``block_size.AdaptiveBlock``)
 carries no thresholds measured on one machine: the engine times the interval between its one host
 synchronisation per iteration and the next (the synchronisation waits for the device, so on a GPU
-too the interval is the whole iteration) and reports it with what the interval held:
+too the interval is the whole iteration; on a CPU it is the process's CPU time, :func:`device_clock`)
+and reports it with what the interval held:
 
 * ``width``: the draft slots its verification call scored;
 * ``asked``: whether the drafter proposed a draft inside it (IAD and blockwise heads propose for
@@ -26,14 +27,24 @@ Until a bucket has been measured its relative costs are borrowed from the neares
 or, with none, are the priors ``SLOT_PRIOR`` and ``DRAFT_PRIOR``: starting guesses in units of a
 plain step, replaced as soon as intervals are timed.
 """
+import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 COST_EMA = 0.05     # weight of the newest interval in the weighted sums (~20 intervals remembered; one varies ~10-25%)
 OUTLIER = 4.0       # an interval is counted as at most this many times its predicted cost
 SLOT_PRIOR = 0.3    # one verified slot's cost in plain steps, until measured (a starting guess)
 DRAFT_PRIOR = 0.0   # the drafter's proposal, in plain steps, until measured
 RIDGE = 0.1         # weight of the priors in the fit, in intervals: the first timings move it at once
+
+
+def device_clock(device) -> Callable[[], float]:
+    """The clock the engine times its iterations with.  On a CPU the process's CPU time: the work is
+    this process's threads', and on a shared host the wall clock also counts the other jobs that
+    took the core (measured on a loaded 2-core machine: with wall-clock intervals the width policy
+    stopped drafting in some runs and not others).  On a GPU the wall clock: the host waits for
+    the device at the synchronisation, and the device's time is not the process's CPU time."""
+    return time.process_time if device.type == "cpu" else time.perf_counter
 
 
 def rows_bucket(rows: int) -> int:
