@@ -316,3 +316,24 @@ def test_a_policy_without_probes_retries_whole_batches_at_doubling_gaps():
     for _ in range(3):
         policy.begin(1, 3)
         assert policy.width() >= 1 and policy.p[0] > P_START / 2
+
+
+def test_acceptance_is_pooled_over_draft_tokens_not_averaged_over_calls():
+    """A call that accepted its 10 draft tokens, then one that rejected its first: 10 of 11 tokens
+    tried were accepted (p about 0.8 with the discount), not "one good call, one bad call" (0.35)."""
+    policy = cpu_policy()
+    policy.begin(1, 10)
+    policy.update([10], [10])
+    policy.update([10], [0])
+    assert policy.p[0] > 0.75
+
+
+def test_a_probe_tries_the_width_that_would_pay_best():
+    """Where a drafting call has a large fixed cost and a slot costs little (a CPU at batch 1: the
+    drafting iteration's own operations), one slot never pays but a wide call may: the probe is wide."""
+    policy = AdaptiveBlock(costs=timed_costs({1: 0.02}, draft=1.5))
+    policy.begin(1, 8)
+    for _ in range(4):
+        policy.update([8], [1])  # p -> 0.5: no width pays now
+    widths = [policy.width() for _ in range(PROBE)]
+    assert widths[:-1] == [0] * (PROBE - 1) and widths[-1] >= 4  # at p = 0.5 slots past ~5 add < 0.02 tokens

@@ -51,7 +51,8 @@ PROBE = 8          # iterations before a batch whose drafts did not pay tries on
 MAX_PROBE = 64     # the interval doubles after each try that did not pay, up to this
 PROBE_ROWS = 8     # no probes while more rows than this are left (IAD at batch 32: 10% slower, no call saved)
 P_START = 0.4      # a cautious start: at batch 1 one slot is tried, from about 11 rows on none (then probes)
-EMA = 0.5          # weight of the newest observation in p
+EMA = 0.5          # discount of the older observations in p, per call
+PSEUDO = 1         # the prior's weight in p, in draft tokens tried
 MAX_BATCH_GAP = 16  # a drafter that cannot probe (Jacobi) retries a whole batch at most this many batches apart
 CARRY = 0.2        # weight of one finished row's final p and q in the prior of the rows to come
 Q_EMA = 0.25       # ... in q: slower, so that a row whose drafts are accepted (high p) keeps asking through
@@ -117,6 +118,8 @@ class AdaptiveBlock(FixedBlock):
             start = self._batch_trial(start)
             self.wait = self.gap = PROBE
         self.p = [start] * bsz
+        self.g = [start * PSEUDO] * bsz  # discounted accepted draft tokens, the prior counting as PSEUDO tries
+        self.t = [float(PSEUDO)] * bsz   # discounted tried draft tokens
         self.q = [self.prior_q] * bsz  # the drafter offers a draft: what the papers' drafters do but IAD often does not
         self.probing = False
         # a prior that does not pay: the first call is a plain step, so its draft is not even asked for
@@ -124,21 +127,27 @@ class AdaptiveBlock(FixedBlock):
 
     def _paying_width(self) -> int:
         """The width with the most expected tokens per unit of time (0: a plain step; the narrower on ties)."""
+        width, rate = self._best_width()
+        return width if rate > 1.0 else 0  # a plain step: one token for one plain step's time
+
+    def _best_width(self):
+        """``(w, rate)``: the drafting width (>= 1) with the most expected tokens per plain step's
+        time, and that rate (the narrower on ties)."""
         n, powers, gain = len(self.p), list(self.q), 1.0
         rel = self.costs.relative(self.start_rows)
-        best, best_rate = 0, 1.0  # a plain step: one token for one plain step's time
+        best, best_rate = 0, 0.0
         for w in range(1, self.k + 1):
             powers = [x * p for x, p in zip(powers, self.p)]
             gain += sum(powers) / n  # + mean_b q_b p_b^w: the w-th slot's expected tokens
             rate = gain / (1.0 + rel["draft"] + rel["slot"] * w)
             if rate > best_rate:
                 best, best_rate = w, rate
-        return best
+        return best, best_rate
 
-    def _slot_pays(self, expected: float) -> bool:
-        """Does one draft slot that adds ``expected`` tokens per row pay for its measured cost?"""
+    def _pays(self, width: int, expected: float) -> bool:
+        """Does a call of ``width`` slots that adds ``expected`` tokens per row pay for its measured cost?"""
         rel = self.costs.relative(self.start_rows)
-        return 1.0 + expected > 1.0 + rel["draft"] + rel["slot"]
+        return 1.0 + expected > 1.0 + rel["draft"] + rel["slot"] * width
 
     def timed(self, width, asked, seconds):
         self.costs.observe(self.start_rows, width, asked, seconds)
@@ -151,7 +160,7 @@ class AdaptiveBlock(FixedBlock):
         learned prior does not pay for one slot, a batch starts from it (plain steps, the drafter
         dropped) except every ``batch_gap``-th, which starts from the cautious ``P_START``; the gap
         doubles after each such trial, up to ``MAX_BATCH_GAP``, and resets once the prior pays."""
-        if self._slot_pays(self.prior_q * self.prior_p):
+        if self._pays(1, self.prior_q * self.prior_p):
             self.batch_gap = self.batch_wait = 1
             return start
         self.batch_wait -= 1
@@ -174,8 +183,9 @@ class AdaptiveBlock(FixedBlock):
         probe = self._may_probe()
         if width == 0 and probe:
             self.wait -= 1
-            if self.wait <= 0:
-                self.probing, width = True, 1
+            if self.wait <= 0:  # at the width that would pay best (with a fixed cost per drafting call, not 1)
+                self.probing, width = True, self._best_width()[0]
+                self.probed = width
         self.idle = width == 0 and (self.wait > 1 or not probe)  # p only changes with drafts: the next width is 0 too
         if width and self.yardstick and self.probe:  # one idle iteration, timed: what greedy costs here
             self.yardstick, self.probing, self.idle, width = False, False, True, 0  # (Jacobi cannot resume: never)
@@ -193,12 +203,14 @@ class AdaptiveBlock(FixedBlock):
         out of accepted + (1 if one was rejected)."""
         for i, (sent, got) in enumerate(zip(proposed, accepted)):
             tried = got + (got < sent)
-            if tried:
-                self.p[i] = (1 - EMA) * self.p[i] + EMA * got / tried
+            if tried:  # pooled over tokens, not averaged over calls: a call's 10 accepted count 10 times
+                self.g[i] = (1 - EMA) * self.g[i] + got
+                self.t[i] = (1 - EMA) * self.t[i] + tried
+                self.p[i] = self.g[i] / self.t[i]
         if offered is not None:
             self.q = [(1 - Q_EMA) * q + Q_EMA * bool(o) for q, o in zip(self.q, offered)]
         if self.probing:
-            paid = self._slot_pays(sum(accepted) / len(accepted))
+            paid = self._pays(self.probed, sum(accepted) / len(accepted))
             self.gap = PROBE if paid else min(2 * self.gap, MAX_PROBE)
             self.wait = self.gap
 
@@ -206,4 +218,6 @@ class AdaptiveBlock(FixedBlock):
         kept = set(keep)
         self._learn(i for i in range(len(self.p)) if i not in kept)
         self.p = [self.p[i] for i in keep]
+        self.g = [self.g[i] for i in keep]
+        self.t = [self.t[i] for i in keep]
         self.q = [self.q[i] for i in keep]
