@@ -22,7 +22,7 @@ from _all_generators import (ACCEPTANCES, BEAM_CASES, BEAM_IDS, BEAM_SIZE, ENGIN
                              random_sources, reordered_training_setup, state_changes)
 from _device_trap import DeviceMixError, device_trap
 from _sync_counter import SyncCounter
-from engine_helpers import decode_all, load, mismatches, mixed_batches
+from engine_helpers import decode_all, load, mismatches, mixed_batches, reference_greedy
 from test_gad import gad_drafter  # noqa: F401  (the cached GAD drafter fixture)
 
 ENGINE_CASES = [(d, "exact") for d in ENGINE_DRAFTERS] + [("nar", "all")]
@@ -174,6 +174,23 @@ def test_nan_everywhere_stops_at_max_len(setup, drafter, acceptance):
         finally:
             proj.weight = saved
     _check_bounded(hyps, 6, 8)
+
+
+@pytest.mark.parametrize("where", ["everywhere", "one_token"])
+def test_nan_drafts_are_only_rejected_and_the_output_stays_fairseq_greedy(setup, where):
+    """GAD's drafter with NaN logits (its output projection all NaN, or one token's row NaN, which
+    its argmax then proposes everywhere): the drafts are ordinary token ids that the verifier
+    rejects, and ``exact`` still gives fairseq's greedy output token for token."""
+    models, task, blockwise, nar_path, batches = setup
+    gen, used = build(setup, "nar", "exact", adaptive_block_size="off")  # draft at every call
+    weight = gen.drafter.model.decoder.output_projection.weight.data  # the generator's own copy
+    if where == "everywhere":
+        weight.fill_(math.nan)
+    else:
+        weight[task.target_dictionary.index(",")].fill_(math.nan)
+    hyps = decode_all(gen, used, batches)
+    assert gen.stats["draft_tokens"] > 0
+    assert mismatches(reference_greedy(models, task, batches), hyps) == []
 
 
 @pytest.mark.parametrize("case", BEAM_CASES, ids=BEAM_IDS)
