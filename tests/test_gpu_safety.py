@@ -154,26 +154,55 @@ def test_a_nan_sentence_stops_at_max_len_and_leaves_the_others_alone(setup, draf
         assert not math.isnan(float(hyps[bad]["score"]))
 
 
-@pytest.mark.parametrize("drafter,acceptance", ENGINE_CASES)
-def test_nan_everywhere_stops_at_max_len(setup, drafter, acceptance):
-    """NaN logits for every sentence (the output projection all NaN): every loop ends at max_len."""
+def _decode_with_nan_everywhere(setup, drafter, acceptance, max_len_b):
+    """Hypotheses of the engine whose logits are NaN for every sentence (the output projection all
+    NaN: the verifier's, or the drafter's own when it decodes alone)."""
     models, task, blockwise, nar_path, batches = setup
     full = drafter in ("none", "jacobi_pj")  # both paths of the verifier's scoring
     if acceptance == "all":  # the drafter alone: NaN in its own output projection (a fresh copy per generator)
-        gen, used = build(setup, drafter, acceptance, max_len_b=6)
+        gen, used = build(setup, drafter, acceptance, max_len_b=max_len_b)
         gen.drafter.model.decoder.output_projection.weight.data.fill_(math.nan)
-        hyps = decode_all(gen, used, batches)
-    else:
-        target = blockwise if drafter == "blockwise" else models[0]
-        proj = target.decoder.output_projection
+        return decode_all(gen, used, batches)
+    target = blockwise if drafter == "blockwise" else models[0]
+    proj = target.decoder.output_projection
+    saved = proj.weight
+    proj.weight = torch.nn.Parameter(torch.full_like(saved, math.nan), requires_grad=False)
+    try:
+        gen, used = build(setup, drafter, acceptance, max_len_b=max_len_b, full_projection=full)
+        return decode_all(gen, used, batches)
+    finally:
+        proj.weight = saved
+
+
+@pytest.mark.parametrize("drafter,acceptance", ENGINE_CASES)
+def test_nan_everywhere_stops_at_max_len(setup, drafter, acceptance):
+    """NaN logits for every sentence (the output projection all NaN): every loop ends at max_len."""
+    hyps = _decode_with_nan_everywhere(setup, drafter, acceptance, 6)
+    _check_bounded(hyps, 6, 8)
+
+
+@pytest.mark.parametrize("drafter,acceptance", ENGINE_CASES)
+def test_a_row_stopped_at_max_len_ends_with_eos_as_fairseq_finalizes_it(setup, drafter, acceptance):
+    """Log-probs -inf everywhere (NaN masked), so even EOS is -inf at max_len and the row is stopped
+    there, not ended by a chosen EOS.  fairseq's greedy asserts at that point (sequence_generator.py:
+    ``assert step < max_len``), and every hypothesis it does finalize ends with EOS at its last step
+    (``tokens_clone[:, step] = self.eos``): so does the engine's, max_len + 1 tokens, EOS last only."""
+    models, task, blockwise, nar_path, batches = setup
+    eos = task.target_dictionary.eos()
+    hyps = _decode_with_nan_everywhere(setup, drafter, acceptance, 6)
+    assert len(hyps) == 8
+    for h in hyps.values():
+        tokens = h["tokens"].tolist()
+        assert len(tokens) == 6 + 1 and tokens[-1] == eos and eos not in tokens[:-1], tokens
+    if drafter == "none":  # what fairseq itself does in the same situation
+        proj = models[0].decoder.output_projection
         saved = proj.weight
         proj.weight = torch.nn.Parameter(torch.full_like(saved, math.nan), requires_grad=False)
         try:
-            gen, used = build(setup, drafter, acceptance, max_len_b=6, full_projection=full)
-            hyps = decode_all(gen, used, batches)
+            with pytest.raises(AssertionError, match="6 < 6"):
+                reference_greedy(models, task, batches[:1], max_len_b=6)
         finally:
             proj.weight = saved
-    _check_bounded(hyps, 6, 8)
 
 
 @pytest.mark.parametrize("where", ["everywhere", "one_token"])
