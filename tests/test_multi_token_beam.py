@@ -435,6 +435,41 @@ def test_at_most_one_sync_and_no_copy_per_step(tmp_path, sync_counter, name, h, 
     assert sync_counter.copies == [0] * steps
 
 
+class DeviceCopies(TorchFunctionMode):
+    """Counts the copies onto a device (``.to(device)``, ``.copy_``, ``.cuda()``): on a GPU each one
+    from the host is a blocking transfer."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "cuda" or (name in ("to", "copy_") and (
+                "device" in kwargs or any(isinstance(a, (str, torch.device)) for a in args[1:]))):
+            self.count += 1
+        return func(*args, **kwargs)
+
+
+def test_hypotheses_reach_the_device_in_two_copies_per_batch(tmp_path, monkeypatch):
+    """Building a batch's hypotheses (restored on the host) copies them onto the model's device at
+    once: two copies (tokens, scores) whatever the number of hypotheses, not some per hypothesis."""
+    task, model, _ = build(tmp_path, "interleave", 2, 1, [])
+    gen = MultiTokenBeamSearch(model.generation_order, task.target_dictionary, beam_size=3, max_len_b=10)
+    sample = _random_batch(task, [7, 3, 6, 5])
+    counter, hypotheses = DeviceCopies(), FinishedHypotheses.hypotheses
+
+    def counted(self, *args):
+        with counter:
+            return hypotheses(self, *args)
+
+    monkeypatch.setattr(FinishedHypotheses, "hypotheses", counted)
+    out = gen.generate([model], sample)
+    assert sum(len(hypos) for hypos in out) == 4 * 3
+    assert counter.count <= 2, counter.count
+
+
 class PoisonedStepper:
     """Wraps a stepper: the log-probs of ``token`` become ``value`` (NaN as after an fp16 overflow)
     in every slot, or every log-prob when ``token`` is None."""
