@@ -72,8 +72,8 @@ def reference_search(order, sentence, B, max_len, lenpen, double_topk, min_len=1
         for hist, _, _ in live:
             lp = stub_lprobs(sentence, [EOS] * z + hist, z)
             lp[:, PAD] = -math.inf
-            for slot in range(z):  # --min-len: an end marker at offset i of a segment keeps >= step*z + i tokens
-                if step * z + slot % w < min_len:
+            for slot in range(z):  # --min-len: an end marker in slot t, its group's first, keeps >= step*z + t tokens
+                if step * z + slot < min_len:
                     lp[slot, EOS] = -math.inf
             if step == max_steps - 1:  # forced end markers, as MultiTokenBeamSearch._constrain
                 room = max_len - step * z
@@ -163,6 +163,21 @@ def test_hand_checked_greedy_and_end_marker_slots():
     out = MultiTokenBeamSearch(order, d, beam_size=1).search(
         FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))
     assert out[0][0]["tokens"].tolist() == [a, b, EOS]
+
+
+@pytest.mark.parametrize("name,h,c", CASES)
+def test_min_len_allows_eos_from_the_absolute_step_min_len_whatever_its_slot_in_the_group(name, h, c):
+    """fairseq forbids EOS while step < min_len (step = tokens kept).  A model that wants to end
+    in every slot ends exactly at min_len natural tokens, at any offset of any group and of any
+    segment: an end marker in slot t of its group, the first, keeps step*z + t tokens (with
+    multi_segment the segments before it keep all theirs; none ends at offset 0 of a later
+    segment while the earlier ones already hold min_len tokens)."""
+    order, d = get_order(name, h, c), dictionary()
+    table = [{slot: {EOS: 0.9, 4: 0.1} for slot in range(order.z)}]
+    for min_len in range(1, 8):
+        hyp = MultiTokenBeamSearch(order, d, beam_size=1, min_len=min_len).search(
+            FixedStepper(1, 1, order.z, table), 1, max_len=12, device=torch.device("cpu"))[0][0]
+        assert len(hyp["tokens"]) - 1 == min_len, (min_len, hyp["generation_tokens"].tolist())
 
 
 def test_unk_penalty_as_fairseq():

@@ -299,20 +299,23 @@ class MultiTokenBeamSearch:
         """fairseq's constraints (``constraints.GreedyConstraints``) on the step's log-probs
         ``(n, B, z, V)``, in place (the step's own fresh tensor; a copy cost ~2% of a beam-10 row).
 
-        Which slots may not end, and which must, follow the group's layout: an end marker at offset i
-        of a segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is
-        forbidden where that is below ``--min-len`` (exact for one segment, conservative for
-        multi_segment).  At the length limit (last step) at most ``room`` < z tokens may be kept,
+        Which slots may not end, and which must, follow the group's layout.  fairseq forbids EOS while
+        the tokens kept are fewer than ``--min-len``; an end marker in slot t of the group keeps at
+        least ``step*z + t`` natural tokens when it is the group's first (the segments before it keep
+        all their w tokens), and a segment before it that ends too is bound by its own slot, so it is
+        forbidden where ``step*z + t`` is below ``--min-len``: the tightest rule a slot can follow alone
+        (exact for one segment; for multi_segment an early end made up by later segments is still
+        forbidden).  At the length limit (last step) at most ``room`` < z tokens may be kept,
         spread over the segments; the next slot of each segment becomes EOS, so every candidate of
         the last step is finished, and the slots after it stay free (they are dropped)."""
         z, w, S = self.order.z, self.order.width, self.order.segments
         self.constraints.mask_invalid(lprobs)
-        offset = torch.arange(z, device=lprobs.device) % w  # of every slot within its segment's part
+        slot = torch.arange(z, device=lprobs.device)
         if step * z < self.min_len:
-            self.constraints.forbid_end(lprobs, step * z + offset < self.min_len)
+            self.constraints.forbid_end(lprobs, step * z + slot < self.min_len)
         if step == max_steps - 1:
             room = max_len - step * z
-            segment = torch.div(torch.arange(z, device=lprobs.device), w, rounding_mode="floor")
+            offset, segment = slot % w, torch.div(slot, w, rounding_mode="floor")  # within / of its segment
             self.constraints.force_end(lprobs, offset == room // S + (segment < room % S).long())
         return lprobs
 
