@@ -22,7 +22,7 @@ from _all_generators import (ACCEPTANCES, BEAM_CASES, BEAM_IDS, BEAM_SIZE, ENGIN
                              random_sources, reordered_training_setup, state_changes)
 from _device_trap import DeviceMixError, device_trap
 from _sync_counter import SyncCounter
-from engine_helpers import decode_all, load, mismatches, mixed_batches
+from engine_helpers import decode_all, load, mismatches, mixed_batches, reference_greedy
 from test_gad import gad_drafter  # noqa: F401  (the cached GAD drafter fixture)
 
 ENGINE_CASES = [(d, "exact") for d in ENGINE_DRAFTERS] + [("nar", "all")]
@@ -154,26 +154,72 @@ def test_a_nan_sentence_stops_at_max_len_and_leaves_the_others_alone(setup, draf
         assert not math.isnan(float(hyps[bad]["score"]))
 
 
-@pytest.mark.parametrize("drafter,acceptance", ENGINE_CASES)
-def test_nan_everywhere_stops_at_max_len(setup, drafter, acceptance):
-    """NaN logits for every sentence (the output projection all NaN): every loop ends at max_len."""
+def _decode_with_nan_everywhere(setup, drafter, acceptance, max_len_b):
+    """Hypotheses of the engine whose logits are NaN for every sentence (the output projection all
+    NaN: the verifier's, or the drafter's own when it decodes alone)."""
     models, task, blockwise, nar_path, batches = setup
     full = drafter in ("none", "jacobi_pj")  # both paths of the verifier's scoring
     if acceptance == "all":  # the drafter alone: NaN in its own output projection (a fresh copy per generator)
-        gen, used = build(setup, drafter, acceptance, max_len_b=6)
+        gen, used = build(setup, drafter, acceptance, max_len_b=max_len_b)
         gen.drafter.model.decoder.output_projection.weight.data.fill_(math.nan)
-        hyps = decode_all(gen, used, batches)
-    else:
-        target = blockwise if drafter == "blockwise" else models[0]
-        proj = target.decoder.output_projection
+        return decode_all(gen, used, batches)
+    target = blockwise if drafter == "blockwise" else models[0]
+    proj = target.decoder.output_projection
+    saved = proj.weight
+    proj.weight = torch.nn.Parameter(torch.full_like(saved, math.nan), requires_grad=False)
+    try:
+        gen, used = build(setup, drafter, acceptance, max_len_b=max_len_b, full_projection=full)
+        return decode_all(gen, used, batches)
+    finally:
+        proj.weight = saved
+
+
+@pytest.mark.parametrize("drafter,acceptance", ENGINE_CASES)
+def test_nan_everywhere_stops_at_max_len(setup, drafter, acceptance):
+    """NaN logits for every sentence (the output projection all NaN): every loop ends at max_len."""
+    hyps = _decode_with_nan_everywhere(setup, drafter, acceptance, 6)
+    _check_bounded(hyps, 6, 8)
+
+
+@pytest.mark.parametrize("drafter,acceptance", ENGINE_CASES)
+def test_a_row_stopped_at_max_len_ends_with_eos_as_fairseq_finalizes_it(setup, drafter, acceptance):
+    """Log-probs -inf everywhere (NaN masked), so even EOS is -inf at max_len and the row is stopped
+    there, not ended by a chosen EOS.  fairseq's greedy asserts at that point (sequence_generator.py:
+    ``assert step < max_len``), and every hypothesis it does finalize ends with EOS at its last step
+    (``tokens_clone[:, step] = self.eos``): so does the engine's, max_len + 1 tokens, EOS last only."""
+    models, task, blockwise, nar_path, batches = setup
+    eos = task.target_dictionary.eos()
+    hyps = _decode_with_nan_everywhere(setup, drafter, acceptance, 6)
+    assert len(hyps) == 8
+    for h in hyps.values():
+        tokens = h["tokens"].tolist()
+        assert len(tokens) == 6 + 1 and tokens[-1] == eos and eos not in tokens[:-1], tokens
+    if drafter == "none":  # what fairseq itself does in the same situation
+        proj = models[0].decoder.output_projection
         saved = proj.weight
         proj.weight = torch.nn.Parameter(torch.full_like(saved, math.nan), requires_grad=False)
         try:
-            gen, used = build(setup, drafter, acceptance, max_len_b=6, full_projection=full)
-            hyps = decode_all(gen, used, batches)
+            with pytest.raises(AssertionError, match="6 < 6"):
+                reference_greedy(models, task, batches[:1], max_len_b=6)
         finally:
             proj.weight = saved
-    _check_bounded(hyps, 6, 8)
+
+
+@pytest.mark.parametrize("where", ["everywhere", "one_token"])
+def test_nan_drafts_are_only_rejected_and_the_output_stays_fairseq_greedy(setup, where):
+    """GAD's drafter with NaN logits (its output projection all NaN, or one token's row NaN, which
+    its argmax then proposes everywhere): the drafts are ordinary token ids that the verifier
+    rejects, and ``exact`` still gives fairseq's greedy output token for token."""
+    models, task, blockwise, nar_path, batches = setup
+    gen, used = build(setup, "nar", "exact", adaptive_block_size="off")  # draft at every call
+    weight = gen.drafter.model.decoder.output_projection.weight.data  # the generator's own copy
+    if where == "everywhere":
+        weight.fill_(math.nan)
+    else:
+        weight[task.target_dictionary.index(",")].fill_(math.nan)
+    hyps = decode_all(gen, used, batches)
+    assert gen.stats["draft_tokens"] > 0
+    assert mismatches(reference_greedy(models, task, batches), hyps) == []
 
 
 @pytest.mark.parametrize("case", BEAM_CASES, ids=BEAM_IDS)

@@ -72,8 +72,8 @@ def reference_search(order, sentence, B, max_len, lenpen, double_topk, min_len=1
         for hist, _, _ in live:
             lp = stub_lprobs(sentence, [EOS] * z + hist, z)
             lp[:, PAD] = -math.inf
-            for slot in range(z):  # --min-len: an end marker at offset i of a segment keeps >= step*z + i tokens
-                if step * z + slot % w < min_len:
+            for slot in range(z):  # --min-len: an end marker in slot t, its group's first, keeps >= step*z + t tokens
+                if step * z + slot < min_len:
                     lp[slot, EOS] = -math.inf
             if step == max_steps - 1:  # forced end markers, as MultiTokenBeamSearch._constrain
                 room = max_len - step * z
@@ -163,6 +163,21 @@ def test_hand_checked_greedy_and_end_marker_slots():
     out = MultiTokenBeamSearch(order, d, beam_size=1).search(
         FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))
     assert out[0][0]["tokens"].tolist() == [a, b, EOS]
+
+
+@pytest.mark.parametrize("name,h,c", CASES)
+def test_min_len_allows_eos_from_the_absolute_step_min_len_whatever_its_slot_in_the_group(name, h, c):
+    """fairseq forbids EOS while step < min_len (step = tokens kept).  A model that wants to end
+    in every slot ends exactly at min_len natural tokens, at any offset of any group and of any
+    segment: an end marker in slot t of its group, the first, keeps step*z + t tokens (with
+    multi_segment the segments before it keep all theirs; none ends at offset 0 of a later
+    segment while the earlier ones already hold min_len tokens)."""
+    order, d = get_order(name, h, c), dictionary()
+    table = [{slot: {EOS: 0.9, 4: 0.1} for slot in range(order.z)}]
+    for min_len in range(1, 8):
+        hyp = MultiTokenBeamSearch(order, d, beam_size=1, min_len=min_len).search(
+            FixedStepper(1, 1, order.z, table), 1, max_len=12, device=torch.device("cpu"))[0][0]
+        assert len(hyp["tokens"]) - 1 == min_len, (min_len, hyp["generation_tokens"].tolist())
 
 
 def test_unk_penalty_as_fairseq():
@@ -433,6 +448,41 @@ def test_at_most_one_sync_and_no_copy_per_step(tmp_path, sync_counter, name, h, 
     assert sync_counter.rows == [12, 12, 9, 6, 3] and steps == 5 and all(len(hypos) == beam for hypos in out)
     assert max(sync_counter.syncs) <= 1 and sum(sync_counter.syncs) >= 1, sync_counter.syncs
     assert sync_counter.copies == [0] * steps
+
+
+class DeviceCopies(TorchFunctionMode):
+    """Counts the copies onto a device (``.to(device)``, ``.copy_``, ``.cuda()``): on a GPU each one
+    from the host is a blocking transfer."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "cuda" or (name in ("to", "copy_") and (
+                "device" in kwargs or any(isinstance(a, (str, torch.device)) for a in args[1:]))):
+            self.count += 1
+        return func(*args, **kwargs)
+
+
+def test_hypotheses_reach_the_device_in_two_copies_per_batch(tmp_path, monkeypatch):
+    """Building a batch's hypotheses (restored on the host) copies them onto the model's device at
+    once: two copies (tokens, scores) whatever the number of hypotheses, not some per hypothesis."""
+    task, model, _ = build(tmp_path, "interleave", 2, 1, [])
+    gen = MultiTokenBeamSearch(model.generation_order, task.target_dictionary, beam_size=3, max_len_b=10)
+    sample = _random_batch(task, [7, 3, 6, 5])
+    counter, hypotheses = DeviceCopies(), FinishedHypotheses.hypotheses
+
+    def counted(self, *args):
+        with counter:
+            return hypotheses(self, *args)
+
+    monkeypatch.setattr(FinishedHypotheses, "hypotheses", counted)
+    out = gen.generate([model], sample)
+    assert sum(len(hypos) for hypos in out) == 4 * 3
+    assert counter.count <= 2, counter.count
 
 
 class PoisonedStepper:

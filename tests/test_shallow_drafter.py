@@ -148,6 +148,29 @@ def test_gad_exact_with_the_shallow_drafter_equals_fairseq_greedy(setup, shallow
         assert gen.mean_accepted() > 1.8, gen.mean_accepted()
 
 
+@pytest.mark.parametrize("acceptance", ["exact", "all"])
+def test_batched_gad_with_the_shallow_drafter_syncs_once_per_iteration(setup, shallow_drafter, acceptance):
+    """Rows of different cache lengths (batch 8): the drafter knows its call's width from the
+    verifier's columns it observed (or its own draft, alone), so the engine's one host sync per
+    iteration stays the only one (tests/_sync_counter.py)."""
+    from _sync_counter import SyncCounter
+    from test_gpu_safety import SETUP_SYNCS_PER_BATCH, _budget_message, _plugin_syncs
+
+    models, task, batches, refs = setup
+    gen = shallow(models, task, shallow_drafter, acceptance=acceptance, block_size=BLOCK, adaptive_block_size="off")
+    few = batches[8][:3]
+    decode_all(gen, models, few[:1])  # warm (one-off preparations: the positional table)
+    gen.reset_stats()
+    counter = SyncCounter()
+    with counter:
+        hyps = decode_all(gen, models, few)
+    calls = gen.stats["model_calls"]
+    assert calls > 0
+    assert _plugin_syncs(counter) <= calls + SETUP_SYNCS_PER_BATCH * len(few), _budget_message(counter, calls, len(few))
+    if acceptance == "exact":
+        assert mismatches({k: refs[8][k] for k in hyps}, hyps) == []
+
+
 def test_drafter_alone_reads_the_verifiers_encoder_and_ignores_batching(setup, shallow_drafter):
     models, task, batches, _ = setup
     out = {bs: decode_all(shallow(models, task, shallow_drafter, acceptance="all", block_size=3), models,

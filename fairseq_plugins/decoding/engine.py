@@ -464,7 +464,8 @@ class DraftVerifyGenerator:
         """Finalize the rows that ended and drop them from the batch; False when none is left."""
         for i, d in enumerate(done):
             if d:
-                run.finalized[rows.ids[i]] = [self._hypothesis(rows.out[i], rows.lp_out[i], rows.lengths[i])]
+                run.finalized[rows.ids[i]] = [self._hypothesis(rows.out[i], rows.lp_out[i], rows.lengths[i],
+                                                               run.max_len)]
         keep = [i for i, d in enumerate(done) if not d]
         if not keep:
             return False
@@ -520,8 +521,10 @@ class DraftVerifyGenerator:
             return self.lazy_verify
         return device.type == "cpu" and not self.verifier.wide_projection_is_cheap
 
-    def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int) -> Dict:
+    def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int, max_len: int) -> Dict:
         tokens = out_row[1 : n + 1].clone()
+        if n > max_len:  # stopped at the length limit: EOS last, as fairseq's finalize writes it (with finite
+            tokens[-1] = self.eos  # log-probs it was chosen there; with -inf everywhere, even EOS's, it was not)
         # as SequenceGenerator: cumulative scores, positional = their differences, normalised by length
         cum = lp_row[:n].cumsum(dim=0)
         pos = cum.clone()

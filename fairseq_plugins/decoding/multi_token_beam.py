@@ -173,29 +173,43 @@ class FinishedHypotheses:
         self.count = self.count[live]
 
     def hypotheses(self, order, eos):
-        """Host side, once per batch: restore natural order and build fairseq's hypothesis dicts."""
+        """Host side, once per batch: restore natural order and build fairseq's hypothesis dicts.
+        They reach the model's device in two copies for the whole batch (one of every hypothesis's
+        tokens, one of its scores), split there into views; not a few copies per hypothesis."""
         B, bsz = self.B, self.bsz
         tokens, lps = self.tokens.view(bsz, B + 1, -1)[:, :B].cpu(), self.lp.view(bsz, B + 1, -1)[:, :B].cpu()
         score, slots = self.score.view(bsz, B + 1)[:, :B].cpu(), self.slots.view(bsz, B + 1)[:, :B].tolist()
         ranked = [[j for j in sorted(range(B), key=lambda j: -row[j]) if math.isfinite(row[j])]
                   for row in score.tolist()]
+        ints, floats, sizes = [], [], []  # per hypothesis: tokens + EOS, generation tokens; positional scores, score
         with torch.device("cpu"):  # deliberately host-side: the order restores host tensors
             natural = [[order.restore_index(tokens[s, j, :slots[s][j]], eos) for j in ranked[s]] for s in range(bsz)]
+            end = torch.tensor([eos], device="cpu")
+            for s in range(bsz):
+                for j, index in zip(ranked[s], natural[s]):
+                    gen, lp = tokens[s, j, :slots[s][j]], lps[s, j, :slots[s][j]]
+                    index = torch.tensor(index, dtype=torch.long, device="cpu")
+                    nat_lp = lp[index]
+                    ints += [gen[index], end, gen]
+                    floats += [nat_lp, (lp.sum() - nat_lp.sum()).view(1), score[s, j].view(1)]
+                    sizes.append((index.numel() + 1, gen.numel()))
         device, out = self.tokens.device, []
+        if sizes:
+            ints = torch.cat(ints).to(device).split([n for pair in sizes for n in pair])
+            floats = torch.cat(floats).to(device).split([m for n, _ in sizes for m in (n, 1)])
+        k = 0
         for s in range(bsz):
             hypos = []
-            for j, index in zip(ranked[s], natural[s]):
-                gen, lp = tokens[s, j, :slots[s][j]], lps[s, j, :slots[s][j]]
-                index = torch.tensor(index, dtype=torch.long, device="cpu")
-                nat_lp = lp[index]
+            for _ in ranked[s]:
                 hypos.append({
-                    "tokens": torch.cat([gen[index], torch.tensor([eos], device="cpu")]).to(device),
-                    "score": score[s, j].to(device),
-                    "positional_scores": torch.cat([nat_lp, (lp.sum() - nat_lp.sum()).view(1)]).to(device),
+                    "tokens": ints[2 * k],
+                    "score": floats[2 * k + 1][0],
+                    "positional_scores": floats[2 * k],
                     "attention": None,
                     "alignment": None,
-                    "generation_tokens": gen.to(device),  # raw generation order, for checks/analysis
+                    "generation_tokens": ints[2 * k + 1],  # raw generation order, for checks/analysis
                 })
+                k += 1
             out.append(hypos)
         return out
 
@@ -285,20 +299,23 @@ class MultiTokenBeamSearch:
         """fairseq's constraints (``constraints.GreedyConstraints``) on the step's log-probs
         ``(n, B, z, V)``, in place (the step's own fresh tensor; a copy cost ~2% of a beam-10 row).
 
-        Which slots may not end, and which must, follow the group's layout: an end marker at offset i
-        of a segment's part of the group keeps at least ``step*z + i`` natural tokens, so it is
-        forbidden where that is below ``--min-len`` (exact for one segment, conservative for
-        multi_segment).  At the length limit (last step) at most ``room`` < z tokens may be kept,
+        Which slots may not end, and which must, follow the group's layout.  fairseq forbids EOS while
+        the tokens kept are fewer than ``--min-len``; an end marker in slot t of the group keeps at
+        least ``step*z + t`` natural tokens when it is the group's first (the segments before it keep
+        all their w tokens), and a segment before it that ends too is bound by its own slot, so it is
+        forbidden where ``step*z + t`` is below ``--min-len``: the tightest rule a slot can follow alone
+        (exact for one segment; for multi_segment an early end made up by later segments is still
+        forbidden).  At the length limit (last step) at most ``room`` < z tokens may be kept,
         spread over the segments; the next slot of each segment becomes EOS, so every candidate of
         the last step is finished, and the slots after it stay free (they are dropped)."""
         z, w, S = self.order.z, self.order.width, self.order.segments
         self.constraints.mask_invalid(lprobs)
-        offset = torch.arange(z, device=lprobs.device) % w  # of every slot within its segment's part
+        slot = torch.arange(z, device=lprobs.device)
         if step * z < self.min_len:
-            self.constraints.forbid_end(lprobs, step * z + offset < self.min_len)
+            self.constraints.forbid_end(lprobs, step * z + slot < self.min_len)
         if step == max_steps - 1:
             room = max_len - step * z
-            segment = torch.div(torch.arange(z, device=lprobs.device), w, rounding_mode="floor")
+            offset, segment = slot % w, torch.div(slot, w, rounding_mode="floor")  # within / of its segment
             self.constraints.force_end(lprobs, offset == room // S + (segment < room % S).long())
         return lprobs
 

@@ -13,6 +13,10 @@ row, ``[tokens accepted since the last call, MASK x k]``:
 * only the first ``K`` mask slots (the draft's width) are projected onto the vocabulary
   (``decoding.projection``: on a CPU in fp32 the faster of two kernels, measured).
 
+No call reads the device: the engine passes the longest prefix (a host int), and the widest
+call of the batch is bounded on the host by the verifier's columns observed since the last call
+(a row gains at most one token per column the verifier used; ``StepResult.top``).
+
 At batch 1 (``MaskSlotStep``) the row's slots are plain slices and, since only the mask slots'
 outputs are read, the last layer computes the new tokens' keys/values and nothing else of theirs.
 Rows are laid out ``[new tokens, MASK x k, PAD ...]`` (each row's slots contiguous after its cached
@@ -20,6 +24,7 @@ length, so the cache's per-row writes keep them in order); the PAD columns are n
 This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_shallow_drafter.py).
 """
 import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -101,6 +106,7 @@ class ShallowDrafter(NARDrafter):
             net_input = {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths}
             encoder_out = self.verifier.encoder.forward_torchscript(net_input)
         self.cache = self.step.begin(encoder_out, capacity=ctx.max_len + 2 + self.k)
+        self.uncached = 1  # host bound of any row's tokens not yet in the cache: BOS
         device = ctx.src_tokens.device
         w = self.model.decoder.output_projection.weight
         if (self._arange is None or self._arange.device != device or self._arange.numel() < ctx.width + self.k + 1
@@ -110,6 +116,8 @@ class ShallowDrafter(NARDrafter):
         self.projection.refresh()
 
     def propose(self, out: Tensor, n_gen: Tensor, longest=None) -> Draft:
+        # the engine (``longest`` given) tells observe() every verifier call: the call's width is known
+        fresh = self.uncached if longest is not None else None
         if longest is None:
             longest = int(n_gen.max())
         if longest + 1 + self.k > self.max_positions:  # past the drafter's positions: no draft
@@ -117,19 +125,28 @@ class ShallowDrafter(NARDrafter):
                 raise NARDrafterError(f"the drafter reads at most {self.max_positions} positions, too few for "
                                       f"{self.ctx.max_len} tokens + {self.k} masks; lower --max-len-a/--max-len-b")
             return Draft(n_gen.new_full((n_gen.size(0), self.block), self.pad), n_gen.new_zeros(n_gen.size(0)), width=0)
-        return self.draft(self.block_logits(out, n_gen, longest), n_gen)
+        draft = self.draft(self.block_logits(out, n_gen, longest, fresh=fresh), n_gen)
+        # the drafter alone: the next call appends at most this draft (nothing is observed)
+        self.uncached = self.block if self.ctx.final else 0
+        return draft
+
+    def observe(self, step):
+        """Each row gains at most one token per column of the verifier's it used (``count <= accepted
+        + 1 <= top.size(1)``): a host bound of the next call's new tokens, without reading them."""
+        self.uncached += step.top.size(1)
 
     def draft(self, logits: Tensor, n_gen: Tensor) -> Draft:
         if self.ctx.final and logits.size(-1) < self.vocab:  # the drafter alone: fairseq's constraints read (.., V)
             logits = torch.nn.functional.pad(logits, (0, self.vocab - logits.size(-1)), value=-math.inf)
         return super().draft(logits, n_gen)
 
-    def block_logits(self, out: Tensor, n_gen: Tensor, longest: int) -> Tensor:
+    def block_logits(self, out: Tensor, n_gen: Tensor, longest: int, fresh: Optional[int] = None) -> Tensor:
         """Logits ``(B, K, N)`` (N: the drafter's output vocabulary) of the first ``K`` mask slots after
         each row's prefix ``out[b, :n_gen[b] + 1]`` (``longest = max(n_gen)``); the tokens not yet
-        cached are appended to the cache."""
+        cached are appended to the cache.  ``fresh``: a host bound of any row's tokens not yet cached
+        (a caller that knows none, not the engine, pays a host read)."""
         cache = self.cache
-        if out.size(0) == 1:  # one row (its cache aligned, its length known): slices, the mask slots alone
+        if out.size(0) == 1 and cache.aligned:  # one row, its length known: slices, the mask slots alone
             c = cache.max_length
             f = longest + 1 - c
             tokens = torch.cat([out[:, c : c + f], self._mask_row], dim=1)
@@ -137,21 +154,24 @@ class ShallowDrafter(NARDrafter):
             hidden = self.step.mask_slots(cache, tokens, self._arange[c : c + f + self.k], f, causal)[:, : self.block]
             cache.advance(f)  # the new tokens stay in the cache (the masks' entries are overwritten next time)
         else:
-            tokens, slots, attn_mask, first = self.block_input(out, n_gen)
+            bound = int((n_gen + 1 - cache.lengths).max()) if fresh is None else min(fresh, longest + 1)
+            tokens, slots, attn_mask, first = self.block_input(out, n_gen, bound)
             _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None)
             at = first.unsqueeze(1) + self._arange[: self.block]  # the draft's mask slots, per row
             hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
-            cache.commit(first, longest + 1, False)
+            # every row now caches its whole prefix: one row left is aligned, its length known
+            cache.commit(first, longest + 1, out.size(0) == 1)
         return self.projection(hidden)
 
-    def block_input(self, out: Tensor, n_gen: Tensor):
+    def block_input(self, out: Tensor, n_gen: Tensor, fresh: int):
         """Rows of different cache lengths: ``(tokens, slots, attn_mask, first)``: per row its tokens
         not yet cached (BOS at column 0 of ``out``), then k masks, then PAD; each column's logical
         slot; the mask over the cache and the call's columns (the new tokens causal, the masks
-        seeing every new token and mask); the number of new tokens (the column of the first mask)."""
+        seeing every new token and mask); the number of new tokens (the column of the first mask).
+        ``fresh``: a host bound of the new tokens of any row (the call is ``fresh + k`` wide)."""
         k, cache = self.k, self.cache
         first = n_gen + 1 - cache.lengths
-        cols = self._arange[: int(first.max()) + k].unsqueeze(0)  # a host read: the widest call of the batch
+        cols = self._arange[: fresh + k].unsqueeze(0)
         src = (cache.lengths.unsqueeze(1) + cols).clamp(max=out.size(1) - 1)
         new = cols < first.unsqueeze(1)
         tokens = torch.where(new, out.gather(1, src), torch.where(cols < first.unsqueeze(1) + k, self.mask, self.pad))
@@ -177,7 +197,6 @@ class ShallowDrafter(NARDrafter):
         return full[:, full.size(1) - cached - fresh - self.k :]
 
     def select_rows(self, rows):
-        if rows.numel() == 1:  # one row left: its length, read once, makes the cache aligned again
-            self.cache.select_rows(rows, aligned=True, max_length=int(self.cache.lengths[rows[0]]))
-        else:  # max_length stays an upper bound; every row's own length is masked per row
-            self.cache.select_rows(rows, aligned=False)
+        # max_length stays an upper bound, every row's own length masked per row (one row left is
+        # aligned again by its next call, which caches its whole prefix: no read of its length)
+        self.cache.select_rows(rows, aligned=False)
