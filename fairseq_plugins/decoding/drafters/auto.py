@@ -10,9 +10,14 @@ assume one drafter):
 * ``blockwise`` when the checkpoint has proposal heads; ``nar`` when ``--drafter-path`` is given.
 
 While choosing, the generator decodes its batches with the candidates in turn (fairseq-generate's
-batches are sorted by length, so neighbouring batches are alike), ``TRIAL_BATCHES`` each, timing
-each batch as a whole (the decode ends in a host read, so on a GPU the time is the device's too);
-then it keeps the candidate with the least time per produced token, or ``none`` unless another is
+batches are sorted by length, so neighbouring batches are alike), timing each batch as a whole (the
+decode ends in a host read, so on a GPU the time is the device's too; on a CPU with the process's
+CPU time, ``iteration_cost.device_clock``).  A candidate's first batch warms it up and is not
+counted (kernels meet their shapes, its width policy times its yardstick: measured at batch 1 on
+typo correction, plain greedy's first batches cost 4x its later ones, which made whichever
+candidate went first look slow); then each needs ``TRIAL_BATCHES`` counted batches and
+``TRIAL_TOKENS`` produced tokens (at batch 1, three short sentences were too few to rank them).
+Then it keeps the candidate with the least time per produced token, or ``none`` unless another is
 at least ``MARGIN`` faster.  Every candidate is exact, so the output is fairseq's greedy output
 token for token whichever decodes a batch.  ``--acceptance exact`` only: a lossy rule would make the
 output depend on which candidate decoded a sentence.
@@ -25,17 +30,22 @@ from fairseq_plugins.decoding.drafters.base import DRAFTERS, Drafter, DrafterNot
 
 logger = logging.getLogger(__name__)
 
-TRIAL_BATCHES = 3  # batches each candidate decodes before the choice
+WARMUP_BATCHES = 1  # a candidate's first batches, not counted
+TRIAL_BATCHES = 3  # counted batches each candidate decodes before the choice ...
+TRIAL_TOKENS = 256  # ... and tokens it produces in them (about 25 short sentences at batch 1)
 MARGIN = 0.03      # a drafter replaces plain greedy only when it is at least this much faster per token
 
 
 class DrafterChoice:
     """The choosing: which candidate decodes the next batch, what each batch cost, the choice."""
 
-    def __init__(self, names: List[str], trial_batches: int = TRIAL_BATCHES, margin: float = MARGIN):
+    def __init__(self, names: List[str], trial_batches: int = TRIAL_BATCHES, margin: float = MARGIN,
+                 trial_tokens: int = TRIAL_TOKENS, warmup_batches: int = WARMUP_BATCHES):
         if "none" not in names:
             raise ValueError("the candidates must include 'none', the fallback")
         self.names, self.trial_batches, self.margin = list(names), trial_batches, margin
+        self.trial_tokens, self.warmup_batches = trial_tokens, warmup_batches
+        self.warm: Dict[str, int] = {n: 0 for n in names}  # warm-up batches decoded
         self.seconds: Dict[str, float] = {n: 0.0 for n in names}
         self.tokens: Dict[str, int] = {n: 0 for n in names}
         self.batches: Dict[str, int] = {n: 0 for n in names}
@@ -53,10 +63,13 @@ class DrafterChoice:
     def record(self, name: str, seconds: float, tokens: int):
         if self.chosen is not None:
             return
+        if self.warm[name] < self.warmup_batches:
+            self.warm[name] += 1
+            return
         self.seconds[name] += seconds
         self.tokens[name] += tokens
         self.batches[name] += 1
-        if min(self.batches.values()) >= self.trial_batches:
+        if min(self.batches.values()) >= self.trial_batches and min(self.tokens.values()) >= self.trial_tokens:
             self._choose()
 
     def per_token(self, name: str) -> float:
@@ -74,7 +87,9 @@ class DrafterChoice:
             return f"drafter auto: still choosing (ms per token so far: {times})"
         why = ("the fastest" if self.chosen != "none" else
                f"no drafter was {100 * self.margin:.0f}% faster than plain greedy")
-        return f"drafter auto: chose {self.chosen}, {why} (ms per token over {self.trial_batches} batches each: {times})"
+        counted = ", ".join(f"{n} {self.batches[n]}" for n in self.names)
+        return (f"drafter auto: chose {self.chosen}, {why} (ms per token: {times}; batches counted after "
+                f"{self.warmup_batches} warm-up each: {counted})")
 
 
 @DRAFTERS.register("auto", help="try the lossless drafters this model supports on the first batches, keep the "
