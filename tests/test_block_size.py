@@ -9,15 +9,17 @@ from fairseq_plugins.decoding.iteration_cost import IterationCosts, rows_bucket
 PLAIN = 1e-3  # seconds of an idle iteration in the synthetic timings
 
 
-def timed_costs(slot_by_rows, draft=0.0, n=200):
+def timed_costs(slot_by_rows, draft=0.0, n=200, verify=0.0, widths=5):
     """IterationCosts fed with exact synthetic timings: per batch size, an idle iteration costs PLAIN,
-    a drafting one PLAIN * (1 + draft + slot * width) (CPU-like: slot 0.3 at batch 1, 0.6 at 32)."""
+    a drafting one PLAIN * (1 + draft + verify + slot * width) (CPU-like: slot 0.3 at batch 1, 0.6 at
+    32), widths 0 .. ``widths`` - 1."""
     costs = IterationCosts()
     for rows, slot in slot_by_rows.items():
         costs.observe(rows, 0, False, PLAIN)
         for i in range(n):
-            width, asked = i % 5, i % 3 > 0
-            costs.observe(rows, width, asked, PLAIN * (1 + (draft if asked else 0) + slot * width))
+            width, asked = i % widths, i % 3 > 0
+            extra = (draft if asked else 0) + (verify + slot * width if width else 0)
+            costs.observe(rows, width, asked, PLAIN * (1 + extra))
     return costs
 
 
@@ -337,3 +339,28 @@ def test_a_probe_tries_the_width_that_would_pay_best():
         policy.update([8], [1])  # p -> 0.5: no width pays now
     widths = [policy.width() for _ in range(PROBE)]
     assert widths[:-1] == [0] * (PROBE - 1) and widths[-1] >= 4  # at p = 0.5 slots past ~5 add < 0.02 tokens
+
+
+def test_a_verification_call_s_fixed_cost_is_told_apart_from_its_slots():
+    costs = timed_costs({1: 0.1}, draft=0.3, verify=0.9)
+    rel = costs.relative(1)
+    # (the ridge toward the priors, verify 0 and slot 0.3, shrinks the fit a little: ~20 intervals weigh in)
+    assert rel["draft"] == pytest.approx(0.3, abs=0.05) and rel["verify"] == pytest.approx(0.9, abs=0.05)
+    assert rel["slot"] == pytest.approx(0.1, abs=0.02)
+    assert costs.relative_cost(1, 10, True) == pytest.approx(1 + 0.3 + 0.9 + 1.0, abs=0.1)
+    assert costs.relative_cost(1, 0, False) == 1.0 and costs.widest(1) == 4
+
+
+def test_a_width_wider_than_any_timed_is_tried_then_priced_as_measured():
+    """Only one-slot calls timed (they cost 2.2 plain steps: a CPU's fixed cost per verification
+    call) and drafts mostly accepted: the policy tries the full width instead of concluding from
+    the one-slot calls that ten slots cost 10 plain steps; once ten slots are timed dear, it drops them."""
+    costs = timed_costs({1: 1.0}, draft=0.2, widths=2)  # widths 0 and 1: slot and verify not told apart
+    policy = AdaptiveBlock(costs=costs)
+    policy.begin(1, 10)
+    for _ in range(4):
+        policy.update([10], [9])  # p -> 0.9
+    assert policy.width() == 10
+    for _ in range(100):
+        costs.observe(1, 10, True, PLAIN * 12.0)  # ten slots really cost 11 plain steps more
+    assert costs.widest(1) == 10 and policy.width() < 10

@@ -143,17 +143,14 @@ def test_scoring_until_every_row_rejected_changes_nothing(setup, acceptance):
     draft token; hypotheses, scores and every count equal those of scoring all columns, under every
     prefix acceptance rule (the relaxed ones accept long drafts: several chunks)."""
     models, task, batches, _ = setup
-    task.cfg.adaptive_block_size = "off"  # full-width drafts, so that the chunks matter
-    try:
-        results = []
-        for lazy in (False, True):
-            gen = engine(models, task, "input_copy", acceptance=acceptance, block_size=7, gad_beta=5, gad_tau=5.0)
-            gen.lazy_verify = lazy
-            hyps = {**decode_all(gen, models, batches[8]), **{-1 - k: h for k, h in
-                                                              decode_all(gen, models, batches[1][:12]).items()}}
-            results.append((hyps, dict(gen.stats)))
-    finally:
-        task.cfg.adaptive_block_size = "auto"
+    results = []
+    for lazy in (False, True):  # full-width drafts (no timed width), so that the chunks matter
+        gen = engine(models, task, "input_copy", acceptance=acceptance, block_size=7, gad_beta=5, gad_tau=5.0,
+                     adaptive_block_size="off")
+        gen.lazy_verify = lazy
+        hyps = {**decode_all(gen, models, batches[8]), **{-1 - k: h for k, h in
+                                                          decode_all(gen, models, batches[1][:12]).items()}}
+        results.append((hyps, dict(gen.stats)))
     (full, full_stats), (lazy, lazy_stats) = results
     assert mismatches(full, lazy) == []
     for k in full:

@@ -13,13 +13,16 @@ speculative decoding, decided here for the whole batch):
   asked IAD for a draft in 126 of 132 iterations and got 26 draft tokens in all);
 * the width ``w`` is the one with the most expected tokens per unit of time (issue "lossless
   drafting that pays"): ``(1 + sum_{i<=w} mean_b q_b p_b^i) / c(w)``, at most ``--block-size``
-  slots, where ``c(w) = 1 + draft + w slot`` (in plain steps; ``c(0) = 1``: greedy without
+  slots, where ``c(w) = 1 + draft + verify + w slot`` (in plain steps; ``c(0) = 1``: greedy without
   proposals) is what an iteration costs *on this device*, measured while decoding
   (``iteration_cost.IterationCosts``), so the same code drafts wider on a GPU, where a wide call
-  costs about what a narrow one does, than on a CPU; inside that width every row sends its draft
-  (the width is paid for anyway); once per batch-size bucket an idle iteration (no draft scored,
-  none proposed) is timed as the yardstick;
-* when no slot pays (width 0: a plain greedy step), one draft slot is tried now and then (after
+  costs about what a narrow one does, than on a CPU; a width wider than any call timed so far is
+  priced as the widest one timed (optimism until measured: fitted only on narrow calls, the line
+  overprices wide ones, and a width never tried is never measured); inside that width every row
+  sends its draft (the width is paid for anyway); once per batch-size bucket an idle iteration (no
+  draft scored, none proposed) is timed as the yardstick; p pools the draft tokens of the row's
+  calls (discounted by ``EMA`` per call, the prior counting as ``PSEUDO`` tokens);
+* when no slot pays (width 0: a plain greedy step), a probe at the best-paying width is tried now and then (after
   ``PROBE`` iterations, the interval doubling after every try that did not pay, up to
   ``MAX_PROBE``), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
   only once at most ``PROBE_ROWS`` rows are left: a probe widens every row's call, and with many
@@ -135,19 +138,20 @@ class AdaptiveBlock(FixedBlock):
         time, and that rate (the narrower on ties)."""
         n, powers, gain = len(self.p), list(self.q), 1.0
         rel = self.costs.relative(self.start_rows)
+        widest = self.costs.widest(self.start_rows)
         best, best_rate = 0, 0.0
         for w in range(1, self.k + 1):
             powers = [x * p for x, p in zip(powers, self.p)]
             gain += sum(powers) / n  # + mean_b q_b p_b^w: the w-th slot's expected tokens
-            rate = gain / (1.0 + rel["draft"] + rel["slot"] * w)
+            priced = min(w, widest) if widest else w  # wider than any call timed: no dearer than the widest, until timed
+            rate = gain / (1.0 + rel["draft"] + rel["verify"] + rel["slot"] * priced)
             if rate > best_rate:
                 best, best_rate = w, rate
         return best, best_rate
 
     def _pays(self, width: int, expected: float) -> bool:
         """Does a call of ``width`` slots that adds ``expected`` tokens per row pay for its measured cost?"""
-        rel = self.costs.relative(self.start_rows)
-        return 1.0 + expected > 1.0 + rel["draft"] + rel["slot"] * width
+        return 1.0 + expected > self.costs.relative_cost(self.start_rows, width, True)
 
     def timed(self, width, asked, seconds):
         self.costs.observe(self.start_rows, width, asked, seconds)

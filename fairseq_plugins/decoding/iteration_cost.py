@@ -14,11 +14,17 @@ and reports it with what the interval held:
   the interval holds the proposal's cost either way, which is where it is counted).
 
 Model (our choice; the papers leave it open), per batch-size bucket (the batch's rows at its start,
-rounded up to a power of two): ``seconds = plain + asked * draft + width * slot``.  ``plain`` is the
-average of the *idle* intervals (no draft scored, none proposed: what plain greedy costs), and
-``draft`` and ``slot`` are fitted to what the other intervals cost beyond it, by least squares over
-exponentially weighted sums (``COST_EMA``), so both the drafter's own cost and each verified
-column's are measured, not assumed.  Interval times further than ``OUTLIER`` x the model's
+rounded up to a power of two): ``seconds = plain + asked * draft + [width > 0] * verify + width *
+slot``.  ``plain`` is the average of the *idle* intervals (no draft scored, none proposed: what plain
+greedy costs), and ``draft``, ``verify`` and ``slot`` are fitted to what the other intervals cost
+beyond it, by ridge least squares over exponentially weighted sums (``COST_EMA``), so the drafter's
+own cost, a verification call's fixed cost and each verified column's are measured, not assumed.
+``verify`` is there because a CPU at batch 1 showed it: a call verifying one draft token cost 1.9
+plain steps, one verifying ten 2.5 (the scoring, acceptance and bookkeeping of a drafting iteration
+are about a plain step's worth of small operations); a line through width 0 and 1 alone put ten
+slots at 10 plain steps, and the policy stopped drafting where ten slots paid.  The bucket also
+keeps the widest call it has timed (``widest``): the policy prices wider calls no dearer than that
+one until it has timed one (``block_size``).  Interval times further than ``OUTLIER`` x the model's
 prediction (the OS took the core) are clipped to that.  The previous attempt (a per-width average
 against a "plain step" timed with the drafter's proposal inside it) understated what drafting
 costs against greedy without a drafter; here the yardstick is the idle interval.
@@ -31,10 +37,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
 
+import numpy as np
+
 COST_EMA = 0.05     # weight of the newest interval in the weighted sums (~20 intervals remembered; one varies ~10-25%)
 OUTLIER = 4.0       # an interval is counted as at most this many times its predicted cost
 SLOT_PRIOR = 0.3    # one verified slot's cost in plain steps, until measured (a starting guess)
 DRAFT_PRIOR = 0.0   # the drafter's proposal, in plain steps, until measured
+VERIFY_PRIOR = 0.0  # a verification call's fixed cost beyond a plain step, until measured
 RIDGE = 0.1         # weight of the priors in the fit, in intervals: the first timings move it at once
 
 
@@ -55,24 +64,25 @@ def rows_bucket(rows: int) -> int:
 @dataclass
 class _Bucket:
     plain: Optional[float] = None  # seconds of an idle interval (EMA)
-    # exponentially weighted moments of (asked, width) -> extra seconds beyond ``plain``
-    saa: float = 0.0
-    saw: float = 0.0
-    sww: float = 0.0
-    sar: float = 0.0
-    swr: float = 0.0
-    fitted: Dict[str, float] = field(default_factory=dict)  # "draft", "slot": relative to plain
+    widest: int = 0  # the widest verification call timed
+    # exponentially weighted moments of x = (asked, verified, width) -> extra seconds beyond ``plain``
+    xx: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
+    xy: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    fitted: Dict[str, float] = field(default_factory=dict)  # "draft", "verify", "slot": relative to plain
+
+    def observe(self, asked: bool, width: int, extra: float):
+        x = np.array([float(asked), float(width > 0), float(width)])
+        self.xx = (1 - COST_EMA) * self.xx + np.outer(x, x)
+        self.xy = (1 - COST_EMA) * self.xy + x * extra
+        self.widest = max(self.widest, width)
 
     def relative(self) -> Dict[str, float]:
-        """``draft`` and ``slot`` in plain steps: ridge least squares toward the priors."""
+        """``draft``, ``verify`` and ``slot`` in plain steps: ridge least squares toward the priors."""
         if self.fitted:
             return self.fitted
-        p = self.plain
-        a11, a12, a22 = self.saa + RIDGE, self.saw, self.sww + RIDGE
-        b1, b2 = self.sar + RIDGE * DRAFT_PRIOR * p, self.swr + RIDGE * SLOT_PRIOR * p
-        det = a11 * a22 - a12 * a12
-        draft, slot = (a22 * b1 - a12 * b2) / det, (a11 * b2 - a12 * b1) / det
-        self.fitted = {"draft": max(0.0, draft / p), "slot": max(0.0, slot / p)}
+        prior = np.array([DRAFT_PRIOR, VERIFY_PRIOR, SLOT_PRIOR]) * self.plain
+        coef = np.linalg.solve(self.xx + RIDGE * np.eye(3), self.xy + RIDGE * prior) / self.plain
+        self.fitted = {name: max(0.0, float(c)) for name, c in zip(("draft", "verify", "slot"), coef)}
         return self.fitted
 
 
@@ -93,9 +103,7 @@ class IterationCosts:
         if width == 0 and not asked:
             b.plain = seconds if b.plain is None else (1 - COST_EMA) * b.plain + COST_EMA * seconds
         elif b.plain is not None:
-            extra, a, w, keep = seconds - b.plain, float(asked), float(width), 1 - COST_EMA
-            b.saa, b.saw, b.sww = keep * b.saa + a * a, keep * b.saw + a * w, keep * b.sww + w * w
-            b.sar, b.swr = keep * b.sar + a * extra, keep * b.swr + w * extra
+            b.observe(asked, width, seconds - b.plain)
         b.fitted = {}
 
     def has_plain(self, rows: int) -> bool:
@@ -103,11 +111,17 @@ class IterationCosts:
         b = self.buckets.get(rows_bucket(rows))
         return b is not None and b.plain is not None
 
+    def widest(self, rows: int) -> int:
+        """The widest verification call timed in the bucket of ``rows`` (0: none yet)."""
+        b = self.buckets.get(rows_bucket(rows))
+        return 0 if b is None else b.widest
+
     def relative(self, rows: int) -> Dict[str, float]:
-        """``{"draft": d, "slot": s}``: a drafting iteration of width ``w`` costs ``1 + d + s w`` plain steps."""
+        """``{"draft": d, "verify": v, "slot": s}``: an iteration that asked for a draft and verified
+        ``w > 0`` slots costs ``1 + d + v + s w`` plain steps."""
         measured = {k: b for k, b in self.buckets.items() if b.plain is not None}
         if not measured:
-            return {"draft": DRAFT_PRIOR, "slot": SLOT_PRIOR}
+            return {"draft": DRAFT_PRIOR, "verify": VERIFY_PRIOR, "slot": SLOT_PRIOR}
         bucket = rows_bucket(rows)
         nearest = min(measured, key=lambda k: (abs(k.bit_length() - bucket.bit_length()), k))
         return measured[nearest].relative()
@@ -115,4 +129,4 @@ class IterationCosts:
     def relative_cost(self, rows: int, width: int, asked: bool) -> float:
         """An iteration's cost in plain steps (1 for an idle one)."""
         rel = self.relative(rows)
-        return 1.0 + (rel["draft"] if asked else 0.0) + rel["slot"] * width
+        return 1.0 + (rel["draft"] if asked else 0.0) + (rel["verify"] + rel["slot"] * width if width else 0.0)
