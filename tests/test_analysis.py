@@ -85,3 +85,18 @@ def test_the_command_reads_fairseq_generate_output(tmp_path, capsys):
     bad.write_text("Generate test with beam=4: BLEU4 = 1.0\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="do not pass --quiet"):
         main([str(bad)])
+
+
+def test_corpus_edits_counts_what_copying_the_source_would_get_wrong():
+    from scripts.corpus_edits import summary
+
+    sources = ["the cat sat down", "a dog barks", "hello there"]
+    references = ["the cat sat down", "a dog barked", "hello there"]
+    s = summary(sources, references)
+    assert s["unchanged"] == pytest.approx(2 / 3, abs=1e-3)
+    assert s["edit_ratio_mean"] == pytest.approx((0 + 1 / 3 + 0) / 3, abs=1e-3)  # one word of three, in one sentence
+    assert s["edit_ratio_median"] == 0 and s["words_per_source"] == pytest.approx(3.0)
+    assert 0 < s["copy_bleu"] < 100 and s["copy_ter"] == pytest.approx(100 / 9, abs=0.01)  # 1 edit, 9 reference words
+    assert summary(references, references)["copy_bleu"] == 100
+    with pytest.raises(SystemExit, match="two sides"):
+        summary(sources, references[:2])
