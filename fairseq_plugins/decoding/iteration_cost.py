@@ -98,8 +98,8 @@ class IterationCosts:
         if rows < 1 or width < 0 or not seconds > 0:
             return  # a clock that did not advance teaches nothing
         b = self.buckets.setdefault(rows_bucket(rows), _Bucket())
-        if b.plain is not None:
-            seconds = min(seconds, OUTLIER * b.plain * self.relative_cost(rows, width, asked))
+        if b.plain is not None:  # (an idle interval's bound needs no fit)
+            seconds = min(seconds, OUTLIER * b.plain * (self.relative_cost(rows, width, asked) if width or asked else 1.0))
         if width == 0 and not asked:
             b.plain = seconds if b.plain is None else (1 - COST_EMA) * b.plain + COST_EMA * seconds
         elif b.plain is not None:
