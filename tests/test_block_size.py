@@ -364,3 +364,41 @@ def test_a_width_wider_than_any_timed_is_tried_then_priced_as_measured():
     for _ in range(100):
         costs.observe(1, 10, True, PLAIN * 12.0)  # ten slots really cost 11 plain steps more
     assert costs.widest(1) == 10 and policy.width() < 10
+
+
+def test_slot_acceptance_is_conditional_on_the_slots_before():
+    """IAD-like drafts: half the calls reject the first slot, the other half accept all ten.  Per
+    token that is p = 0.5, but a slot after an accepted one is nearly always accepted."""
+    from fairseq_plugins.decoding.block_size import SlotAcceptance
+
+    slots = SlotAcceptance()
+    for _ in range(20):
+        slots.update([10], [0])
+        slots.update([10], [10])
+    assert slots.conditional(2, 0.5) > 0.85 and slots.conditional(10, 0.5) > 0.85
+    assert slots.conditional(11, 0.5) == 0.5  # never scored: the caller's guess
+    decaying = SlotAcceptance()  # a drafter whose later slots guess worse (blockwise heads)
+    for _ in range(30):
+        decaying.update([4, 4], [1, 3])
+    assert decaying.conditional(2, 0.5) == pytest.approx((0.5 * 30 + 2) / (30 + 4), abs=0.1)
+    assert decaying.conditional(2, 0.5) < decaying.conditional(3, 0.5) == pytest.approx(1.0, abs=0.15)
+
+
+def test_an_idle_policy_refits_nothing_until_its_probe():
+    calls = {"n": 0}
+    costs = timed_costs({1: 0.3}, draft=2.0)  # drafting costs 3 plain steps: nothing pays
+    fit = costs.relative
+
+    def counted(rows):
+        calls["n"] += 1
+        return fit(rows)
+
+    costs.relative = counted
+    policy = AdaptiveBlock(costs=costs)
+    policy.begin(1, 4)
+    for _ in range(4):
+        policy.update([4], [0])
+    assert policy.width() == 0
+    calls["n"] = 0
+    widths = [policy.width() for _ in range(PROBE - 2)]
+    assert widths == [0] * (PROBE - 2) and calls["n"] == 0  # counting down: no fit evaluated
