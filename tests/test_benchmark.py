@@ -265,6 +265,21 @@ def test_family_defaults_from_the_row():
         benchmark.family_of({"method": "x", "family": "fast"})
 
 
+def test_reference_rows_time_every_drafter_beside_greedy_of_its_own_model():
+    """configs/benchmark/reference.json (issue 17): every drafting row is lossless, and its model and
+    corpus have fairseq's greedy (identity, ratios) and the engine's greedy (the pairs timed side by side)."""
+    rows = benchmark.load_rows([REPO / "configs" / "benchmark" / "reference.json"])
+    greedy = {(r["model"], r["corpus"]) for r in rows if r.get("baseline") and r["beams"] == [1]}
+    engine = {(r["model"], r["corpus"]) for r in rows if benchmark._is_engine_greedy(r)}
+    beam5 = {r["corpus"] for r in rows if r.get("baseline") and r["beams"] == [5]}
+    drafting = [r for r in rows if benchmark._drafter_of(r) not in (None, "none")]
+    assert {benchmark._drafter_of(r) for r in drafting} == {"input_copy", "jacobi_hgj", "nar", "blockwise", "auto"}
+    for r in drafting:
+        assert r.get("lossless") and benchmark._is_drafting(r), r["method"]
+        assert (r["model"], r["corpus"]) in greedy and (r["model"], r["corpus"]) in engine, r["method"]
+    assert beam5 == {"typo-en", "en-de"}  # the papers' baseline (IAD's 6x is against beam 5)
+
+
 def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
     rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "baseline": True}]
     with pytest.raises(benchmark.BenchmarkError, match="both baselines"):
