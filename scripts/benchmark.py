@@ -51,9 +51,10 @@ pass; ``counts_sentences`` says how many); ``model_calls_all`` / ``mean_accepted
 sentence in the quality pass (at ``bleu_batch_size``).  ``calls_per_token`` = ``model_calls`` /
 ``timed_tokens``, both of that first timed pass: the hardware-independent cost beside every time
 ratio (fairseq's greedy and the engine's greedy: exactly 1.0 at batch 1; a drafter that pays in
-accepted tokens: below 1; a PJ/PGJ length oracle's calls counted in).  At batch size B one call
-serves B rows, so compare it with the greedy rows of the same batch size (their value there is
-about 1/B).  None for CTranslate2 rows (no call count).
+accepted tokens: below 1; a PJ/PGJ length oracle's calls counted in, a GAD drafter's own calls
+not: the engine counts its verifier's).  At batch size B one call serves B rows, so compare it with
+the greedy rows of the same batch size (their value there is about 1/B).  None for CTranslate2
+rows (no call count).
 
 Memory: ``peak_mem_mb`` = the row's weights (parameters and buffers of every model it holds, a
 drafter's included) + the peak of tensor memory allocated above the level before the decode, over
