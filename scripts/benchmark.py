@@ -42,13 +42,19 @@ CTranslate2 greedy row's ratio_vs_greedy (same corpus and batch size), ``ratio_v
 ratio_vs_greedy / the fairseq beam-5 baseline's (for every beam-1 row when such a baseline runs,
 and for rows that ask with ``vs_beam5``).  ``seconds`` is the mean time of one timed pass of the
 row (``seconds_min`` its minimum), ``tokens_per_s`` counts generated target tokens including EOS
-(fairseq-generate's count, ``timed_tokens``).
+(fairseq-generate's count, ``timed_tokens``: those of the first timed pass).
 
 Counts: ``model_calls`` (decoder invocations: the generator's own count where it keeps one, else a
 forward hook on the decoder's first layer) and ``mean_accepted`` (tokens appended per row per
 draft-verify iteration) are counted at *each* batch size over the timed sentences (the first timed
 pass; ``counts_sentences`` says how many); ``model_calls_all`` / ``mean_accepted_all`` cover every
-sentence in the quality pass (at ``bleu_batch_size``).
+sentence in the quality pass (at ``bleu_batch_size``).  ``calls_per_token`` = ``model_calls`` /
+``timed_tokens``, both of that first timed pass: the hardware-independent cost beside every time
+ratio (fairseq's greedy and the engine's greedy: exactly 1.0 at batch 1; a drafter that pays in
+accepted tokens: below 1; a PJ/PGJ length oracle's calls counted in, a GAD drafter's own calls
+not: the engine counts its verifier's).  At batch size B one call serves B rows, so compare it with
+the greedy rows of the same batch size (their value there is about 1/B).  None for CTranslate2
+rows (no call count).
 
 Memory: ``peak_mem_mb`` = the row's weights (parameters and buffers of every model it holds, a
 drafter's included) + the peak of tensor memory allocated above the level before the decode, over
@@ -298,13 +304,14 @@ def n_sentences(batches):
     return sum(len(b["id"]) if isinstance(b, dict) else len(b) for b in batches)
 
 
-def _ids(batch):
-    return batch["id"].tolist() if isinstance(batch, dict) else [sid for sid, _ in batch]
-
-
 # ----------------------------------------------------------------------------------------------
 # the harness
 # ----------------------------------------------------------------------------------------------
+
+
+def _calls_per_token(calls, tokens):
+    """Decoder calls per generated target token (EOS included), both counted over one pass."""
+    return round(calls / tokens, 4) if calls is not None and tokens else None
 
 
 def _mean_accepted(stats):
@@ -427,7 +434,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             ratio_vs_greedy = ratio * chained if chained is not None else None
         elif baseline:  # the reference itself; a beam baseline without a greedy one has no ratio vs greedy
             speed_ratio, ratio_vs_greedy = 1.0, (1.0 if beam == 1 else None)
-        produced = sum(len(tokens[s]) for b in timed for s in _ids(b))
+        produced = stats["output_tokens"]  # of the pass the calls were counted on
         mean = statistics.mean(times[0])
         peak = peak_memory_mb(runner, device) if memory else None
         qstats = q["stats"]
@@ -447,7 +454,8 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             "ratio_vs_greedy": None if ratio_vs_greedy is None else round(ratio_vs_greedy, 3),
             "ratio_vs_ct2": None, "ratio_vs_beam5": None,
             "ratio_vs_engine_greedy": None if ratio_vs_engine is None else round(ratio_vs_engine, 3),
-            "model_calls": calls, "mean_accepted": _mean_accepted(stats),
+            "model_calls": calls, "calls_per_token": _calls_per_token(calls, produced),
+            "mean_accepted": _mean_accepted(stats),
             "counts_over": "timed sentences", "counts_sentences": n_sentences(timed),
             "model_calls_all": q["calls"], "mean_accepted_all": _mean_accepted(qstats),
             "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,
@@ -534,11 +542,12 @@ TABLE = [("method", "method", None), ("corpus", "corpus", None), ("beam", "beam"
          ("tokens_per_s", "tok/s", None), ("speed_ratio", "speed ×", None),
          ("ratio_vs_ct2", "× CT2", None), ("ratio_vs_beam5", "× beam 5", None),
          ("ratio_vs_engine_greedy", "× engine greedy", None),
+         ("calls_per_token", "calls/token", "{:.3g}"),
          ("model_calls", "model calls", None), ("mean_accepted", "mean accepted", None),
          ("peak_mem_mb", "peak MB", None), ("mem_vs_greedy", "MB vs greedy", "{:+.1f}"),
          ("identical_to_greedy", "identical", "{:.3f}")]
-OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "ratio_vs_engine_greedy", "peak_mem_mb", "mem_vs_greedy", "mean_accepted",
-            "identical_to_greedy"}
+OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "ratio_vs_engine_greedy", "calls_per_token", "peak_mem_mb",
+            "mem_vs_greedy", "mean_accepted", "identical_to_greedy"}
 
 
 def markdown_table(results):
@@ -561,7 +570,8 @@ def write_outputs(results, out):
               "seconds, geometric mean over pairs timed interleaved with the row's reference (fairseq's own "
               "greedy, or its beam of the same width) in the same run; × CT2 and × beam 5 are derived from the "
               "ratios vs fairseq greedy; × engine greedy: a lossless drafting row timed interleaved with the engine's "
-              "greedy (--drafter none) on the same model too. Model calls and mean accepted: over the timed sentences at that batch "
+              "greedy (--drafter none) on the same model too. Model calls, calls/token (model calls per generated token, "
+              "EOS included: hardware-independent) and mean accepted: over the timed sentences at that batch "
               f"size. Peak MB: weights + peak tensor memory of a decode ({MEMORY_BATCHES} longest-source timed "
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})

@@ -196,6 +196,17 @@ def test_rows_are_timed_against_loaded_baselines_with_known_ratios(stub_bench):
     assert (out / "speed_vs_bleu.png").stat().st_size > 1000
 
 
+def test_calls_per_token_divides_the_timed_passs_calls_by_that_passs_tokens(stub_bench):
+    """Stubs: one call per batch of 2 sentences, 2 tokens per sentence (id, EOS); 16 of 120 timed."""
+    results, _, out = stub_bench
+    by = {(r["method"], r["beam"]): r for r in results}
+    drafting = by[("drafting", 1)]
+    assert drafting["timed_tokens"] == 32  # the 16 timed sentences' tokens, EOS included
+    # 8 calls / 32 tokens; not / the 240 tokens of all 120 sentences, nor / the 8 calls' 16 sentences
+    assert drafting["calls_per_token"] == 0.25
+    assert "calls/token" in (out / "results.md").read_text()
+
+
 def test_beam_rows_without_a_greedy_baseline_get_no_ratio_vs_greedy(tiny_corpus, tmp_path, monkeypatch):
     rows = [{"method": "fairseq beam", "beams": [4], "baseline": True}, {"method": "IBDecoder", "beams": [4]}]
     results, _ = run_stubs(rows, {("fairseq beam", 4): 0.5, ("IBDecoder", 4): 0.25}, tiny_corpus, tmp_path,
@@ -252,6 +263,21 @@ def test_family_defaults_from_the_row():
     assert benchmark.family_of({"method": "head-tail", "args": "--task fast_translation --double-topk"}) == "orders"
     with pytest.raises(benchmark.BenchmarkError, match="unknown family"):
         benchmark.family_of({"method": "x", "family": "fast"})
+
+
+def test_reference_rows_time_every_drafter_beside_greedy_of_its_own_model():
+    """configs/benchmark/reference.json (issue 17): every drafting row is lossless, and its model and
+    corpus have fairseq's greedy (identity, ratios) and the engine's greedy (the pairs timed side by side)."""
+    rows = benchmark.load_rows([REPO / "configs" / "benchmark" / "reference.json"])
+    greedy = {(r["model"], r["corpus"]) for r in rows if r.get("baseline") and r["beams"] == [1]}
+    engine = {(r["model"], r["corpus"]) for r in rows if benchmark._is_engine_greedy(r)}
+    beam5 = {r["corpus"] for r in rows if r.get("baseline") and r["beams"] == [5]}
+    drafting = [r for r in rows if benchmark._drafter_of(r) not in (None, "none")]
+    assert {benchmark._drafter_of(r) for r in drafting} == {"input_copy", "jacobi_hgj", "nar", "blockwise", "auto"}
+    for r in drafting:
+        assert r.get("lossless") and benchmark._is_drafting(r), r["method"]
+        assert (r["model"], r["corpus"]) in greedy and (r["model"], r["corpus"]) in engine, r["method"]
+    assert beam5 == {"typo-en", "en-de"}  # the papers' baseline (IAD's 6x is against beam 5)
 
 
 def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
@@ -321,6 +347,42 @@ def test_counts_and_memory_are_measured_at_each_batch_size(bench):
     assert by[("fairseq beam", 8)]["mem_vs_greedy"] > 0
     assert by[("CTranslate2 greedy", 8)]["peak_mem_mb"] is None
     assert by[("CTranslate2 greedy", 8)]["ratio_vs_ct2"] == 1.0 and g8["ratio_vs_ct2"] < 1.0
+
+
+def test_calls_per_token_is_one_for_greedy_at_batch_1(bench):
+    results, out = bench
+    by = {(r["method"], r["batch_size"]): r for r in results}
+    g1, g8 = by[("fairseq greedy", 1)], by[("fairseq greedy", 8)]
+    assert g1["calls_per_token"] == 1.0  # one decoder call per generated token, EOS included
+    # at batch 8 one call serves up to 8 rows: calls are the longest output of each batch
+    assert 1 / 8 <= g8["calls_per_token"] < 1.0
+    assert g8["calls_per_token"] == round(g8["model_calls"] / g8["timed_tokens"], 4)
+    assert by[("CTranslate2 greedy", 1)]["calls_per_token"] is None  # CTranslate2 counts no calls
+    table = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("|")]
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    g1_cells = [c.strip() for c in table[2].strip("|").split("|")]  # rows in order: fairseq greedy at batch 1 first
+    assert g1_cells[head.index("calls/token")] == "1"
+
+
+def test_calls_per_token_of_lossless_drafting_rows(tiny_corpus, tiny_model, tmp_path):
+    """The engine's greedy makes exactly one call per token at batch 1; input-copy drafting (IAD),
+    token for token the same output, makes fewer where the copied source is accepted."""
+    rows = [
+        {"method": "fairseq greedy", "path": str(tiny_model), "args": "--task fast_translation", "baseline": True},
+        {"method": "engine greedy", "path": str(tiny_model), "args": "--task fast_translation --drafter none",
+         "lossless": True},
+        # a fixed width: the cost-aware width policy may stop drafting on a loaded CPU
+        {"method": "IAD", "path": str(tiny_model), "lossless": True,
+         "args": "--task fast_translation --drafter input_copy --block-size 10 --copy-ngram 2 --adaptive-block-size off"},
+    ]
+    results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[1], runs=1,
+                                      timed_sentences=16, threads=1, memory=False, **quiet)
+    by = {r["method"]: r for r in results}
+    engine, iad = by["engine greedy"], by["IAD"]
+    assert engine["calls_per_token"] == 1.0 and engine["model_calls"] == engine["timed_tokens"]
+    assert iad["identical_to_greedy"] == 1.0 and iad["timed_tokens"] == engine["timed_tokens"]
+    assert iad["calls_per_token"] < 1.0
+    assert iad["calls_per_token"] == round(iad["model_calls"] / engine["timed_tokens"], 4)
 
 
 def test_ctranslate2_greedy_matches_fairseq_greedy_quality(bench):

@@ -302,6 +302,27 @@ def test_average_refuses_too_few_checkpoints(tmp_path):
         average_checkpoints.select(tmp_path, num_update=5)
 
 
+def test_table_shows_calls_per_token_and_calls_per_timed_sentence(tmp_path):
+    """The table reads the benchmark's results: calls/token beside the ratio, and calls per sentence
+    over the sentences the calls were counted on (the timed ones, not every test sentence)."""
+    from scripts.pipelines import tables as T
+
+    table = T.Table("t", "T", "cite", {}, [], [T.Section("s", "S", "c", 1)],
+                    [T.Row("s", "greedy", "m", "", reference=True), T.Row("s", "GAD", "m", "")], ["Iter."])
+    common = {"beam": 1, "batch_size": 1, "bleu_batch_size": 1, "sentences": 100, "timed_sentences": 10,
+              "counts_sentences": 10, "device": "cpu", "dtype": "fp32", "runs": 1, "max_len": "1.2*src+10"}
+    res = [dict(common, method="greedy", seconds=2.0, tokens_per_s=50.0, model_calls=100, calls_per_token=1.0),
+           dict(common, method="GAD", seconds=1.0, tokens_per_s=100.0, model_calls=40, calls_per_token=0.4)]
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in res))
+    md = table_driver.render_table(table, table.sections, table.rows, tmp_path, {})
+    head = next(line for line in md.splitlines() if line.startswith("| method"))
+    gad = next(line for line in md.splitlines() if line.startswith("| GAD"))
+    cells = dict(zip([c.strip() for c in head.strip("|").split("|")], [c.strip() for c in gad.strip("|").split("|")]))
+    assert cells["speed-up"] == "2.00" and cells["calls/token"] == "0.400"
+    assert cells["calls/sentence"] == "4.00"  # 40 calls over the 10 timed sentences
+
+
 # ----------------------------------------------------------------------------------------------
 # dry runs: every command of every full-size table, nothing written
 # ----------------------------------------------------------------------------------------------

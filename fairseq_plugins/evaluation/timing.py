@@ -17,7 +17,9 @@ def time_interleaved(runners, runs, warmup=1, clock=time.perf_counter):
     timed batches once, the order reversed every other round (0 1 | 1 0 | 0 1 ...): each reference
     time has a row time measured beside it under the same load, and a steady drift cancels.  The
     row's counters are reset before its first timed pass and read right after it.  Returns (the
-    pass times of every runner, (model calls, stats) of the row's first timed pass)."""
+    pass times of every runner, (model calls, stats) of the row's first timed pass); its stats
+    carry ``output_tokens``: the target tokens (EOS included) that pass generated, the tokens the
+    calls were spent on."""
     for runner in runners:
         for _ in range(warmup):
             runner.decode(runner.timed_batches[: max(1, min(len(runner.timed_batches), 4))])
@@ -30,11 +32,11 @@ def time_interleaved(runners, runs, warmup=1, clock=time.perf_counter):
                 runner.reset_stats()
             runner.sync()
             t0 = clock()
-            runner.decode(runner.timed_batches)
+            out = runner.decode(runner.timed_batches)
             runner.sync()
             times[j].append(clock() - t0)
             if j == 0 and k == 0:
-                counts = (runner.model_calls(), runner.stats())
+                counts = (runner.model_calls(), dict(runner.stats(), output_tokens=sum(map(len, out.values()))))
     return times, counts
 
 

@@ -393,27 +393,29 @@ def render_table(table, secs, rows, results_dir, skipped):
         ref = results.get((ref_row.method, ref_row.beam)) if ref_row else None
         lines += [f"## {s.title}", ""]
         head = ["method", "beam"] + [f"{c} (paper)" for c in table.paper_columns] + \
-               ["BLEU", "tok/s", ratio_name, "ms/sentence", "decoder calls", "calls/sentence", "mean accepted",
-                "identical"]
+               ["BLEU", "tok/s", ratio_name, "calls/token", "ms/sentence", "decoder calls", "calls/sentence",
+                "mean accepted", "identical"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in (r for r in rows if r.section == s.key):
             paper = [_fmt(row.paper.get(c)) for c in table.paper_columns]
             res = results.get((row.method, row.beam))
             if res is None:
                 why = skipped.get((s.key, row.method, row.beam), "not decoded yet")
-                lines.append("| " + " | ".join([row.method, str(row.beam)] + paper + [f"skipped: {why}"] + [""] * 7) + " |")
+                lines.append("| " + " | ".join([row.method, str(row.beam)] + paper + [f"skipped: {why}"] + [""] * 8) + " |")
                 continue
             ratio = None
             if ref is not None and res.get("seconds"):
                 ratio = (res["tokens_per_s"] / ref["tokens_per_s"] if table.ratio == "tokens_per_s"
                          else ref["seconds"] / res["seconds"])
             per_sent = res["seconds"] / res["timed_sentences"] * 1000 if res.get("timed_sentences") else None
-            # decoder calls per sentence (GAD's "Iter."): meaningful at batch 1 only
-            calls = (res["model_calls"] / res["sentences"] if res.get("model_calls") and res.get("sentences")
-                     and res.get("bleu_batch_size") == 1 else None)
+            # decoder calls per sentence (GAD's "Iter."): meaningful at batch 1 only; the calls were
+            # counted over the timed sentences, so divided by their number
+            calls = (res["model_calls"] / res["counts_sentences"] if res.get("model_calls")
+                     and res.get("counts_sentences") and res.get("batch_size") == 1 else None)
             ident = res.get("identical_to_greedy")
             lines.append("| " + " | ".join([row.method, str(row.beam)] + paper + [
-                _fmt(res.get("bleu")), _fmt(res.get("tokens_per_s"), 1), _fmt(ratio), _fmt(per_sent, 1),
+                _fmt(res.get("bleu")), _fmt(res.get("tokens_per_s"), 1), _fmt(ratio), _fmt(res.get("calls_per_token"), 3),
+                _fmt(per_sent, 1),
                 _fmt(res.get("model_calls")), _fmt(calls), _fmt(res.get("mean_accepted")), "–" if ident is None else f"{ident:.3f}"]) + " |")
         lines.append("")
     if meta:
