@@ -85,3 +85,14 @@ def test_half_precision_and_a_cpu_without_onednn_keep_the_plain_product():
         plain = Product(lambda: w)
         plain.refresh()
         assert not plain.wide_is_cheap and plain._choice is None
+
+
+def test_products_of_the_same_kind_share_their_picks():
+    """Timed once per process: a second product of the same shape (another generator's copy of the
+    model) keeps the first one's kernel without timing, so two generators compare like with like."""
+    fast, slow = (lambda x: x), (lambda x: time.sleep(0.002))
+    kind = ("test-kind", id(fast))
+    assert KernelChoice(kind)(3, torch.zeros(3, 4), slow, fast) is fast
+    timed = []
+    assert KernelChoice(kind)(2, torch.zeros(2, 4), lambda x: timed.append(1), lambda x: timed.append(2)) is not None
+    assert timed == []  # bucket 2 (2-3 rows) was picked by the first: nothing run here

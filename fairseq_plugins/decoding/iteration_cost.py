@@ -45,6 +45,7 @@ SLOT_PRIOR = 0.3    # one verified slot's cost in plain steps, until measured (a
 DRAFT_PRIOR = 0.0   # the drafter's proposal, in plain steps, until measured
 VERIFY_PRIOR = 0.0  # a verification call's fixed cost beyond a plain step, until measured
 RIDGE = 0.1         # weight of the priors in the fit, in intervals: the first timings move it at once
+_RIDGE_I = RIDGE * np.eye(3)
 
 
 def device_clock(device) -> Callable[[], float]:
@@ -81,7 +82,7 @@ class _Bucket:
         if self.fitted:
             return self.fitted
         prior = np.array([DRAFT_PRIOR, VERIFY_PRIOR, SLOT_PRIOR]) * self.plain
-        coef = np.linalg.solve(self.xx + RIDGE * np.eye(3), self.xy + RIDGE * prior) / self.plain
+        coef = np.linalg.solve(self.xx + _RIDGE_I, self.xy + RIDGE * prior) / self.plain
         self.fitted = {name: max(0.0, float(c)) for name, c in zip(("draft", "verify", "slot"), coef)}
         return self.fitted
 
@@ -97,7 +98,10 @@ class IterationCosts:
         proposed or not (``asked``), ``seconds`` long."""
         if rows < 1 or width < 0 or not seconds > 0:
             return  # a clock that did not advance teaches nothing
-        b = self.buckets.setdefault(rows_bucket(rows), _Bucket())
+        key = rows_bucket(rows)
+        b = self.buckets.get(key)
+        if b is None:
+            b = self.buckets[key] = _Bucket()
         if b.plain is not None:  # (an idle interval's bound needs no fit)
             seconds = min(seconds, OUTLIER * b.plain * (self.relative_cost(rows, width, asked) if width or asked else 1.0))
         if width == 0 and not asked:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-REPEATS = 3  # timed runs of each kernel when a bucket is first met (the fastest run counts)
+REPEATS = 5  # timed runs of each kernel when a bucket is first met (the fastest run counts)
 
 
 def packing_available() -> bool:
@@ -40,17 +40,25 @@ def identity(t: Tensor):
     return t.data_ptr(), (-1 if t.is_inference() else t._version), t.dtype, t.device
 
 
+_PICKS: Dict[tuple, bool] = {}  # (the product's shape and kind, bucket) -> the second kernel: one per process
+
+
 class KernelChoice:
     """Per bucket of row counts, the faster of two kernels computing the same product, measured on
-    the bucket's first input (host timing: CPU kernels only, which run synchronously)."""
+    the bucket's first input (host timing: CPU kernels only, which run synchronously).  The picks are
+    shared by every product of the same ``kind`` in the process (the same layer shape in every model
+    and generator): timed once, and two generators compared side by side use the same kernels."""
 
-    def __init__(self):
-        self.picks: Dict[int, bool] = {}  # bucket -> use the second kernel
+    def __init__(self, kind: tuple = ()):
+        self.kind = kind
+        self.picks: Dict[int, bool] = {}  # bucket -> use the second kernel (this product's view of _PICKS)
 
     def __call__(self, rows: int, x: Tensor, first: Callable[[Tensor], Tensor], second: Callable[[Tensor], Tensor]):
         """The kernel to use for ``rows`` rows (``x``: an input of that many, timed when its bucket is new)."""
         bucket = rows.bit_length()
         pick = self.picks.get(bucket)
+        if pick is None and self.kind:
+            pick = _PICKS.get(self.kind + (bucket,))
         if pick is None:
             times = [float("inf"), float("inf")]
             for _ in range(REPEATS + 1):  # the first round warms both up; interleaved
@@ -58,7 +66,10 @@ class KernelChoice:
                     t = time.perf_counter()
                     kernel(x)
                     times[i] = min(times[i], time.perf_counter() - t)
-            pick = self.picks[bucket] = times[1] < times[0]
+            pick = times[1] < times[0]
+            if self.kind:
+                _PICKS[self.kind + (bucket,)] = pick
+        self.picks[bucket] = pick
         return second if pick else first
 
 
@@ -99,7 +110,7 @@ class Product:
         self._packed, self._choice, self._kernels = None, None, {}
         if w.device.type == "cpu" and w.dtype == torch.float32 and packing_available():
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous())  # no rows hint: a hint of 1 packs for GEMV, 1.7x slower at 2-10 rows
-            self._choice = KernelChoice()
+            self._choice = KernelChoice(kind=(tuple(w.shape), b is not None, self._transposed))
         self._key = key
 
     @property
