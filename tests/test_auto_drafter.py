@@ -53,3 +53,19 @@ def test_auto_refuses_a_lossy_rule(tiny_corpus, tiny_model):
     models, task = load(tiny_corpus, tiny_model)
     with pytest.raises(DrafterNotAvailableError, match="--acceptance exact"):
         engine(models, task, "auto", acceptance="topk")
+
+
+def test_a_batch_of_much_longer_sources_starts_a_new_trial():
+    """fairseq-generate sorts by length: a choice made on the shortest sentences is tried again once
+    the sources are twice as long (no warm-up batches then)."""
+    choice = DrafterChoice(["none", "input_copy"], trial_batches=1, trial_tokens=0, warmup_batches=1)
+    for name, cost in (("none", 9.0), ("input_copy", 9.0), ("none", 1.0), ("input_copy", 1.2)):
+        assert choice.next(3) == name
+        choice.record(name, cost, 100)
+    assert choice.chosen == "none" and choice.chosen_at == 3
+    assert choice.next(5) == "none"  # under twice as long: the choice holds
+    assert choice.next(6) == "none" and choice.chosen is None  # a new trial, counted from its first batch
+    choice.record("none", 1.0, 100)
+    assert choice.next(6) == "input_copy"
+    choice.record("input_copy", 0.5, 100)
+    assert choice.chosen == "input_copy" and choice.trials == 2 and "trial 2" in choice.summary()

@@ -239,7 +239,7 @@ class DraftVerifyGenerator:
             src_lengths = (src_tokens.ne(self.eos) & src_tokens.ne(self.pad)).long().sum(dim=1)
         if self.choice is None:
             return self._generate(net_input, src_lengths, max_len, self.drafter, self.policy)
-        name = self.choice.next()  # --drafter auto: this batch's candidate, timed as a whole
+        name = self.choice.next(src_len)  # --drafter auto: this batch's candidate, timed as a whole
         clock = device_clock(src_tokens.device)
         start = clock()
         finalized = self._generate(net_input, src_lengths, max_len, self.drafter.candidates[name], self.policies[name])

@@ -18,7 +18,11 @@ typo correction, plain greedy's first batches cost 4x its later ones, which made
 candidate went first look slow); then each needs ``TRIAL_BATCHES`` counted batches and
 ``TRIAL_TOKENS`` produced tokens (at batch 1, three short sentences were too few to rank them).
 Then it keeps the candidate with the least time per produced token, or ``none`` unless another is
-at least ``MARGIN`` faster.  Every candidate is exact, so the output is fairseq's greedy output
+at least ``MARGIN`` faster.  The choice holds while the batches' sources stay within
+``RETRY_LENGTH`` times the length at which it was made: fairseq-generate sorts batches by length,
+so the first trial sees the shortest sentences, where drafting has least to gain (typo correction
+at batch 1: the trial on the shortest sentences chose plain greedy, while IAD was 1.18x greedy over
+a random sample), and a longer batch starts a new trial (no warm-up: every candidate is warm).  Every candidate is exact, so the output is fairseq's greedy output
 token for token whichever decodes a batch.  ``--acceptance exact`` only: a lossy rule would make the
 output depend on which candidate decoded a sentence.
 """
@@ -34,6 +38,7 @@ WARMUP_BATCHES = 1  # a candidate's first batches, not counted
 TRIAL_BATCHES = 3  # counted batches each candidate decodes before the choice ...
 TRIAL_TOKENS = 256  # ... and tokens it produces in them (about 25 short sentences at batch 1)
 MARGIN = 0.03      # a drafter replaces plain greedy only when it is at least this much faster per token
+RETRY_LENGTH = 2.0  # a batch whose sources are this many times longer than at the last choice starts a new trial
 
 
 class DrafterChoice:
@@ -50,10 +55,16 @@ class DrafterChoice:
         self.tokens: Dict[str, int] = {n: 0 for n in names}
         self.batches: Dict[str, int] = {n: 0 for n in names}
         self.chosen: Optional[str] = None
+        self.chosen_at = 0  # source length of the batches the choice was made on
+        self.trials = 0  # choices made so far
+        self._length = 0
         self._turn = 0
 
-    def next(self) -> str:
-        """The candidate for the next batch."""
+    def next(self, length: int = 0) -> str:
+        """The candidate for the next batch (``length``: its padded source length)."""
+        self._length = max(self._length, length)
+        if self.chosen is not None and length >= RETRY_LENGTH * max(self.chosen_at, 1):
+            self._restart()
         if self.chosen is not None:
             return self.chosen
         name = self.names[self._turn % len(self.names)]
@@ -72,6 +83,14 @@ class DrafterChoice:
         if min(self.batches.values()) >= self.trial_batches and min(self.tokens.values()) >= self.trial_tokens:
             self._choose()
 
+    def _restart(self):
+        """A new trial on longer sentences; the candidates are warm already."""
+        self.chosen = None
+        self.warmup_batches = 0
+        self.seconds = {n: 0.0 for n in self.names}
+        self.tokens = {n: 0 for n in self.names}
+        self.batches = {n: 0 for n in self.names}
+
     def per_token(self, name: str) -> float:
         return self.seconds[name] / max(1, self.tokens[name])
 
@@ -79,6 +98,8 @@ class DrafterChoice:
         best = min(self.names, key=self.per_token)
         plain = self.per_token("none")
         self.chosen = best if self.per_token(best) <= (1 - self.margin) * plain else "none"
+        self.chosen_at, self._length = self._length, 0
+        self.trials += 1
         logger.info(self.summary())
 
     def summary(self) -> str:
@@ -88,8 +109,8 @@ class DrafterChoice:
         why = ("the fastest" if self.chosen != "none" else
                f"no drafter was {100 * self.margin:.0f}% faster than plain greedy")
         counted = ", ".join(f"{n} {self.batches[n]}" for n in self.names)
-        return (f"drafter auto: chose {self.chosen}, {why} (ms per token: {times}; batches counted after "
-                f"{self.warmup_batches} warm-up each: {counted})")
+        return (f"drafter auto: chose {self.chosen} (trial {self.trials}, sources up to {self.chosen_at} tokens), "
+                f"{why} (ms per token: {times}; batches counted: {counted})")
 
 
 @DRAFTERS.register("auto", help="try the lossless drafters this model supports on the first batches, keep the "
