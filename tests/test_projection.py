@@ -35,12 +35,12 @@ def test_each_bucket_keeps_the_kernel_that_was_faster_on_its_first_input():
 
 
 @pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
-def test_a_row_count_met_for_the_first_time_counts_as_a_warmup_once():
+def test_a_bucket_of_row_counts_met_for_the_first_time_counts_as_a_warmup_once():
     w = torch.randn(64, 16)
     proj = Product(lambda: w, transposed=True)
     proj.refresh()
     before = Warmup.events
-    for rows in (1, 3, 3, 1, 2, 3):  # three distinct row counts
+    for rows in (1, 3, 3, 1, 2, 3, 5, 6, 7):  # buckets 1, 2-3 and 4-7
         proj(torch.randn(rows, 16))
     assert Warmup.events - before == 3
 
@@ -54,7 +54,7 @@ def test_the_packed_and_plain_products_agree_at_every_row_count(bias):
     proj = Product(lambda: w, lambda: b)
     proj.refresh()
     assert proj.wide_is_cheap
-    for rows in (1, 2, 3, 5, 11, 40):
+    for rows in (1, 2, 3, 5, 11, 40):  # 2 x rows: padded to 4, 8, 16, 32, 128 for oneDNN
         x = torch.randn(2, rows, 32)
         ref = F.linear(x, w, b)
         assert torch.allclose(proj(x), ref, atol=1e-4)
