@@ -105,7 +105,9 @@ class ShallowDrafter(NARDrafter):
         if encoder_out is None:  # the drafter alone (--acceptance all): no verifier call computed it
             net_input = {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths}
             encoder_out = self.verifier.encoder.forward_torchscript(net_input)
-        self.cache = self.step.begin(encoder_out, capacity=ctx.max_len + 2 + self.k)
+        # the cache (the encoder's keys/values in the drafter's layers) is made at the batch's first
+        # proposal: a batch the width policy decodes plain never pays for it (GAD on en-de, idle: 1 ms a sentence)
+        self.cache, self._encoder_out, self._kept = None, encoder_out, None
         self.uncached = 1  # host bound of any row's tokens not yet in the cache: BOS
         device = ctx.src_tokens.device
         w = self.model.decoder.output_projection.weight
@@ -113,7 +115,13 @@ class ShallowDrafter(NARDrafter):
                 or self._dtype != w.dtype):
             self._arange, self._masks, self._dtype = torch.arange(ctx.width + self.k + 1, device=device), {}, w.dtype
             self._mask_row = torch.full((1, self.k), self.mask, dtype=torch.long, device=device)
-        self.projection.refresh()
+
+    def _ensure_cache(self):
+        if self.cache is None:
+            self.cache = self.step.begin(self._encoder_out, capacity=self.ctx.max_len + 2 + self.k)
+            if self._kept is not None:  # rows dropped before the first proposal
+                self.cache.select_rows(self._kept, aligned=False)
+            self.projection.refresh()
 
     def propose(self, out: Tensor, n_gen: Tensor, longest=None) -> Draft:
         # the engine (``longest`` given) tells observe() every verifier call: the call's width is known
@@ -145,6 +153,7 @@ class ShallowDrafter(NARDrafter):
         each row's prefix ``out[b, :n_gen[b] + 1]`` (``longest = max(n_gen)``); the tokens not yet
         cached are appended to the cache.  ``fresh``: a host bound of any row's tokens not yet cached
         (a caller that knows none, not the engine, pays a host read)."""
+        self._ensure_cache()
         cache = self.cache
         if out.size(0) == 1 and cache.aligned:  # one row, its length known: slices, the mask slots alone
             c = cache.max_length
@@ -199,4 +208,7 @@ class ShallowDrafter(NARDrafter):
     def select_rows(self, rows):
         # max_length stays an upper bound, every row's own length masked per row (one row left is
         # aligned again by its next call, which caches its whole prefix: no read of its length)
+        if self.cache is None:  # no proposal yet: the rows to keep when the cache is made
+            self._kept = rows if self._kept is None else self._kept.index_select(0, rows)
+            return
         self.cache.select_rows(rows, aligned=False)
