@@ -96,3 +96,15 @@ def test_products_of_the_same_kind_share_their_picks():
     timed = []
     assert KernelChoice(kind)(2, torch.zeros(2, 4), lambda x: timed.append(1), lambda x: timed.append(2)) is not None
     assert timed == []  # bucket 2 (2-3 rows) was picked by the first: nothing run here
+
+
+@pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
+def test_wide_products_count_as_cheap_only_while_no_multi_row_bucket_timed_the_plain_kernel_faster():
+    w = torch.randn(64, 16)
+    proj = Product(lambda: w, transposed=True)
+    proj.refresh()
+    assert proj.wide_is_cheap  # the packed kernel's premise, until a bucket of several rows says otherwise
+    proj._choice.picks[1] = False  # one row: the plain kernel (as on this CPU) changes nothing
+    assert proj.wide_is_cheap
+    proj._choice.picks[3] = False  # 4-7 rows timed faster plain: wide products are not cheap here
+    assert not proj.wide_is_cheap

@@ -102,6 +102,33 @@ def test_decoding_pass_with_its_cache_gives_the_training_forward(setup, shallow_
     assert d.cache.lengths.tolist() == [15]  # BOS + 14 tokens cached: each token was computed once
 
 
+def test_rows_that_leave_before_the_first_proposal_leave_the_lazily_made_cache_too(setup, shallow_drafter):
+    """The cache is made at a batch's first proposal (a batch decoded plain never pays for it):
+    rows dropped before it, twice, are the rows it is made for; logits equal the training forward."""
+    from fairseq_plugins.data.nar_drafter_batch import block_input
+    from fairseq_plugins.decoding.drafters import DraftContext
+
+    models, task, batches, _ = setup
+    d = shallow(models, task, shallow_drafter, block_size=BLOCK).drafter
+    net = batches[8][0]["net_input"]
+    out = torch.randint(4, 500, (8, 60), generator=torch.Generator().manual_seed(3))
+    out[:, 0] = BOS
+    with torch.no_grad():
+        enc = models[0].encoder.forward_torchscript(net)
+        d.begin(DraftContext(net["src_tokens"], net["src_lengths"], 50, 60, None, BOS, BOS, PAD, encoder_out=enc))
+        d.select_rows(torch.tensor([1, 5, 6]))
+        d.select_rows(torch.tensor([0, 2]))
+        assert d.cache is None  # nothing proposed yet
+        rows = [1, 6]
+        src = {k: v[rows] for k, v in net.items()}
+        for n_gen in ([4, 9], [9, 12]):
+            n_gen = torch.tensor(n_gen)
+            lean = d.block_logits(out[rows], n_gen, int(n_gen.max()))
+            plain = d.model.decoder(block_input(out[rows], n_gen, d.k, PAD, d.mask),
+                                    encoder_out=models[0].encoder(src["src_tokens"], src["src_lengths"]), block=d.k)[0]
+            assert torch.allclose(plain[:, :BLOCK], lean, atol=1e-5), (plain[:, :BLOCK] - lean).abs().max()
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_one_row_pass_computes_the_mask_slots_alone_and_gives_the_training_forward(setup, shallow_drafter, layers):
     """At batch 1 the last layer carries on with the k mask slots alone (the new tokens give it only
@@ -158,6 +185,7 @@ def test_batched_gad_with_the_shallow_drafter_syncs_once_per_iteration(setup, sh
 
     models, task, batches, refs = setup
     gen = shallow(models, task, shallow_drafter, acceptance=acceptance, block_size=BLOCK, adaptive_block_size="off")
+    gen.lazy_verify = False  # every column projected at once, as on a GPU (chunked scoring reads the host by design)
     few = batches[8][:3]
     decode_all(gen, models, few[:1])  # warm (one-off preparations: the positional table)
     gen.reset_stats()

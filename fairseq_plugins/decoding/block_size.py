@@ -12,7 +12,8 @@ speculative decoding, decided here for the whole batch):
   ``p`` and the width open forever: measured on the en-de demo model, the timed set's last batch
   asked IAD for a draft in 126 of 132 iterations and got 26 draft tokens in all);
 * the width ``w`` is the one with the most expected tokens per unit of time (issue "lossless
-  drafting that pays"): ``(1 + sum_{i<=w} mean_b q_b p_b^i) / c(w)``, at most ``--block-size``
+  drafting that pays"): ``(1 + sum_{j<=w} mean_b(q_b p_b) prod_{2<=i<=j} h_i) / c(w)``, at most
+  ``--block-size``
   slots, where ``c(w) = 1 + draft + verify + w slot`` (in plain steps; ``c(0) = 1``: greedy without
   proposals) is what an iteration costs *on this device*, measured while decoding
   (``iteration_cost.IterationCosts``), so the same code drafts wider on a GPU, where a wide call
@@ -21,7 +22,8 @@ speculative decoding, decided here for the whole batch):
   overprices wide ones, and a width never tried is never measured); inside that width every row
   sends its draft (the width is paid for anyway); once per batch-size bucket an idle iteration (no
   draft scored, none proposed) is timed as the yardstick; p pools the draft tokens of the row's
-  calls (discounted by ``EMA`` per call, the prior counting as ``PSEUDO`` tokens);
+  calls (discounted by ``EMA`` per call, the prior counting as ``PSEUDO`` tokens), and ``h_i`` is
+  the run's acceptance of slot i given the slots before it (``SlotAcceptance``);
 * when no slot pays (width 0: a plain greedy step), a probe at the best-paying width is tried now and then (after
   ``PROBE`` iterations, the interval doubling after every try that did not pay, up to
   ``MAX_PROBE``), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
@@ -143,7 +145,8 @@ class AdaptiveBlock(FixedBlock):
         self.probe = probe  # False: a batch that stopped drafting takes plain steps to its end (Jacobi)
         # what the run has learned so far: a new row starts from it (Jacobi: see _batch_trial)
         self.prior_p, self.prior_q = P_START, 1.0
-        self.p: List[float] = []
+        self.g: List[float] = []
+        self.t: List[float] = []
         self.q: List[float] = []
         self.slots = SlotAcceptance()  # the run's, for slots 2.. (p covers the first)
         self.wait = self.gap = PROBE
@@ -153,12 +156,11 @@ class AdaptiveBlock(FixedBlock):
         self.k = k
         self.start_rows = bsz  # slots are priced at the batch's size at the start: see the module docstring
         self.yardstick = not self.costs.has_plain(bsz)  # time one idle iteration in this bucket first
-        self._learn(range(len(self.p)))  # the previous batch's last rows
+        self._learn(range(len(self.g)))  # the previous batch's last rows
         start = self.prior_p
         if not self.probe:
             start = self._batch_trial(start)
             self.wait = self.gap = PROBE
-        self.p = [start] * bsz
         self.g = [start * PSEUDO] * bsz  # discounted accepted draft tokens, the prior counting as PSEUDO tries
         self.t = [float(PSEUDO)] * bsz   # discounted tried draft tokens
         self.q = [self.prior_q] * bsz  # the drafter offers a draft: what the papers' drafters do but IAD often does not
@@ -166,6 +168,11 @@ class AdaptiveBlock(FixedBlock):
         self.settled = False
         # a prior that does not pay: the first call is a plain step, so its draft is not even asked for
         self.idle = self._paying_width() == 0 and (self.wait > 1 or not self._may_probe())
+
+    @property
+    def p(self) -> List[float]:
+        """Per row, the chance that its next draft token is accepted: accepted over tried, pooled."""
+        return [g / t for g, t in zip(self.g, self.t)]
 
     def _paying_width(self) -> int:
         """The width with the most expected tokens per unit of time (0: a plain step; the narrower on ties)."""
@@ -175,11 +182,11 @@ class AdaptiveBlock(FixedBlock):
     def _best_width(self):
         """``(w, rate)``: the drafting width (>= 1) with the most expected tokens per plain step's
         time, and that rate (the narrower on ties)."""
-        n = len(self.p)
-        mean_p = sum(self.p) / n
-        reach = sum(q * p for q, p in zip(self.q, self.p)) / n  # mean_b q_b p_b: slot 1 accepted
+        p = self.p
+        n = len(p)
+        mean_p = sum(p) / n
+        reach = sum(q * pb for q, pb in zip(self.q, p)) / n  # mean_b q_b p_b: slot 1 accepted
         gain = 1.0
-        rel = self.costs.relative(self.start_rows)
         widest = self.costs.widest(self.start_rows)
         best, best_rate = 0, 0.0
         for w in range(1, self.k + 1):
@@ -187,7 +194,7 @@ class AdaptiveBlock(FixedBlock):
                 reach *= self.slots.conditional(w, mean_p)  # slot w accepted, given slots 1..w-1 were
             gain += reach  # + the w-th slot's expected tokens
             priced = min(w, widest) if widest else w  # wider than any call timed: no dearer than the widest, until timed
-            rate = gain / (1.0 + rel["draft"] + rel["verify"] + rel["slot"] * priced)
+            rate = gain / self.costs.relative_cost(self.start_rows, priced, True)
             if rate > best_rate:
                 best, best_rate = w, rate
         return best, best_rate
@@ -200,7 +207,7 @@ class AdaptiveBlock(FixedBlock):
         self.costs.observe(self.start_rows, width, asked, seconds)
 
     def _may_probe(self) -> bool:
-        return self.probe and len(self.p) <= PROBE_ROWS
+        return self.probe and len(self.g) <= PROBE_ROWS
 
     def _batch_trial(self, start: float) -> float:
         """A drafter that cannot probe inside a batch (Jacobi) tries whole batches instead: while the
@@ -220,8 +227,9 @@ class AdaptiveBlock(FixedBlock):
     def _learn(self, rows):
         """Fold the final estimates of rows that leave into the prior of the rows to come (probes,
         or trial batches for a drafter that cannot probe, correct a prior that turned pessimistic)."""
+        p = self.p
         for i in rows:
-            self.prior_p = (1 - CARRY) * self.prior_p + CARRY * self.p[i]
+            self.prior_p = (1 - CARRY) * self.prior_p + CARRY * p[i]
             self.prior_q = (1 - CARRY) * self.prior_q + CARRY * self.q[i]
 
     def width(self):
@@ -261,7 +269,6 @@ class AdaptiveBlock(FixedBlock):
             if tried:  # pooled over tokens, not averaged over calls: a call's 10 accepted count 10 times
                 self.g[i] = (1 - EMA) * self.g[i] + got
                 self.t[i] = (1 - EMA) * self.t[i] + tried
-                self.p[i] = self.g[i] / self.t[i]
         self.slots.update(proposed, accepted)
         if any(proposed):
             self.settled = False
@@ -275,8 +282,7 @@ class AdaptiveBlock(FixedBlock):
     def select_rows(self, keep):
         self.settled = False
         kept = set(keep)
-        self._learn(i for i in range(len(self.p)) if i not in kept)
-        self.p = [self.p[i] for i in keep]
+        self._learn(i for i in range(len(self.g)) if i not in kept)
         self.g = [self.g[i] for i in keep]
         self.t = [self.t[i] for i in keep]
         self.q = [self.q[i] for i in keep]

@@ -30,7 +30,7 @@ against a "plain step" timed with the drafter's proposal inside it) understated 
 costs against greedy without a drafter; here the yardstick is the idle interval.
 
 Until a bucket has been measured its relative costs are borrowed from the nearest measured bucket,
-or, with none, are the priors ``SLOT_PRIOR`` and ``DRAFT_PRIOR``: starting guesses in units of a
+or, with none, are the priors ``SLOT_PRIOR``, ``VERIFY_PRIOR`` and ``DRAFT_PRIOR``: starting guesses in units of a
 plain step, replaced as soon as intervals are timed.
 """
 import time

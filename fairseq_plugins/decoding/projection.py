@@ -9,8 +9,8 @@ drafter's onto its draft vocabulary) and the lean step's layer products.
   (``torch.ops.mkldnn._reorder_linear_weight``, the path torch's own inductor takes on a CPU).  MKL's
   GEMM on a few rows reads W again for about every row, the packed product reads it once: at d=128
   onto 8K ids, 104 us instead of 278 for the 10 columns of a verification call; for one row it is
-  no faster (58 vs 55 us; 11 vs 3 us for a 384x128 layer product).  Its first product of each
-  shape costs about 1 ms more (oneDNN builds and caches a kernel per shape).  Which is faster depends on the
+  no faster (58 vs 55 us; 11 vs 3 us for a 384x128 layer product).  oneDNN builds and caches a
+  kernel per shape (about 1 ms), so its rows are padded to the top of their bucket.  Which is faster depends on the
   CPU, the shape and the rows, so it is measured, not assumed: the first product of each bucket of
   row counts (1, 2-3, 4-7, ...) times both and the bucket keeps the faster (:class:`KernelChoice`).
   GPUs and half precision use the plain product.
@@ -109,14 +109,17 @@ class Product:
         self._t = w.t().contiguous() if self._transposed else None
         self._packed, self._choice, self._kernels = None, None, {}
         if w.device.type == "cpu" and w.dtype == torch.float32 and packing_available():
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous())  # no rows hint: a hint of 1 packs for GEMV, 1.7x slower at 2-10 rows
+            # no rows hint: a hint of 1 packs for GEMV, 1.7x slower at 2-10 rows
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous())
             self._choice = KernelChoice(kind=(tuple(w.shape), b is not None, self._transposed))
         self._key = key
 
     @property
     def wide_is_cheap(self) -> bool:
-        """Does a product of many rows cost little more than one (a packed kernel on hand)?"""
-        return self._packed is not None
+        """Does a product of many rows cost little more than one?  Where the packed kernel is on hand
+        and no bucket of several rows timed the plain one faster (a bucket not yet timed counts as
+        cheap: the packed kernel's premise, checked at its first product)."""
+        return self._choice is not None and all(packed for b, packed in self._choice.picks.items() if b > 1)
 
     def _plain(self, x: Tensor) -> Tensor:
         return x @ self._t if self._t is not None else F.linear(x, self._w, self._b)

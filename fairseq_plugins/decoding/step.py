@@ -42,9 +42,8 @@ class _LayerWeights:
     """One decoder layer's parameters as plain references (no nn.Module attribute lookups per call):
     its linear maps as ``projection.Product``s (on a CPU the kernel timed faster per row count), the
     self-attention's q/k/v projections stacked into one matrix, so that a call makes one GEMM
-    instead of three.  ``refresh`` (once per
-    batch, from ``DecoderStep.begin``) re-reads everything, so .half()/.cuda()/load_state_dict on
-    the model after building the step are seen."""
+    instead of three.  ``refresh`` (once per batch, from ``DecoderStep.begin``) re-reads everything,
+    so .half()/.cuda()/load_state_dict on the model after building the step are seen."""
 
     def __init__(self, layer):
         sa = layer.self_attn
