@@ -102,20 +102,30 @@ def test_decoding_pass_with_its_cache_gives_the_training_forward(setup, shallow_
     assert d.cache.lengths.tolist() == [15]  # BOS + 14 tokens cached: each token was computed once
 
 
+def _begun(drafter, models, net, rows, width, seed):
+    """``drafter`` begun on ``net``'s batch (the verifier's encoder output, max_len = width - 10) and
+    random outputs ``(rows, width)`` after BOS to decode against."""
+    from fairseq_plugins.decoding.drafters import DraftContext
+
+    out = torch.randint(4, 500, (rows, width), generator=torch.Generator().manual_seed(seed))
+    out[:, 0] = BOS
+    with torch.no_grad():
+        enc = models[0].encoder.forward_torchscript(net)
+        drafter.begin(DraftContext(net["src_tokens"], net["src_lengths"], width - 10, width, None, BOS, BOS, PAD,
+                                   encoder_out=enc))
+    return out
+
+
 def test_rows_that_leave_before_the_first_proposal_leave_the_lazily_made_cache_too(setup, shallow_drafter):
     """The cache is made at a batch's first proposal (a batch decoded plain never pays for it):
     rows dropped before it, twice, are the rows it is made for; logits equal the training forward."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
-    from fairseq_plugins.decoding.drafters import DraftContext
 
     models, task, batches, _ = setup
     d = shallow(models, task, shallow_drafter, block_size=BLOCK).drafter
     net = batches[8][0]["net_input"]
-    out = torch.randint(4, 500, (8, 60), generator=torch.Generator().manual_seed(3))
-    out[:, 0] = BOS
+    out = _begun(d, models, net, 8, 60, seed=3)
     with torch.no_grad():
-        enc = models[0].encoder.forward_torchscript(net)
-        d.begin(DraftContext(net["src_tokens"], net["src_lengths"], 50, 60, None, BOS, BOS, PAD, encoder_out=enc))
         d.select_rows(torch.tensor([1, 5, 6]))
         d.select_rows(torch.tensor([0, 2]))
         assert d.cache is None  # nothing proposed yet
@@ -136,7 +146,6 @@ def test_one_row_pass_computes_the_mask_slots_alone_and_gives_the_training_forwa
     one-pass training forward (1e-5), and each token is cached once.  ``layers=1``: the trained
     drafter cut to its first layer (the demo config's depth)."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
-    from fairseq_plugins.decoding.drafters import DraftContext
     from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter
 
     models, task, batches, _ = setup
@@ -147,11 +156,9 @@ def test_one_row_pass_computes_the_mask_slots_alone_and_gives_the_training_forwa
         d = ShallowDrafter(model, BLOCK, d.k, d.vocab, PAD, verifier=models[0])
     assert len(d.step.layers) == layers
     net = batches[1][0]["net_input"]
-    out = torch.randint(4, 500, (1, 40), generator=torch.Generator().manual_seed(2))
-    out[:, 0] = BOS
+    out = _begun(d, models, net, 1, 40, seed=2)
     with torch.no_grad():
         enc = models[0].encoder.forward_torchscript(net)
-        d.begin(DraftContext(net["src_tokens"], net["src_lengths"], 30, 40, None, BOS, BOS, PAD, encoder_out=enc))
         for n_gen in (0, 3, 4, 9, 11):  # 1 (BOS), 3, 1, 5, 2 tokens new to the cache
             lean = d.block_logits(out, torch.tensor([n_gen]), n_gen)
             inp = block_input(out, torch.tensor([n_gen]), d.k, PAD, d.mask)
