@@ -120,7 +120,7 @@ def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_mat
     e.begin(ctx([[10, 11, 10, 12, 13, EOS]]))
     out2 = torch.full((1, 40), PAD)
     out2[0, :3] = torch.tensor([BOS, 11, 10])
-    assert e._rematch(out2, torch.tensor([2])).tolist() == [-1]
+    assert e._rematch(out2, torch.tensor([2])).tolist() == [e.lost]  # no anchor
     e.q = 2
     assert e._rematch(out2, torch.tensor([2])).tolist() == [3]  # x = [BOS, 10, 11, 10, ...]: index 3
 

@@ -39,6 +39,8 @@ class AcceptanceRule:
     name = "base"
     # False: the drafts are the output and nothing verifies them (the engine never calls the verifier)
     needs_verifier = True
+    # True: every accepted draft token is the verifier's own token at its column (the row takes them as they are)
+    takes_verifier_tokens = False
 
     @classmethod
     def from_config(cls, cfg) -> "AcceptanceRule":
@@ -53,6 +55,7 @@ class Exact(AcceptanceRule):
     """Top-1 match (Stern et al. 2018 §3 "verify"; GAD Eq. 7): output identical to greedy."""
 
     name = "exact"
+    takes_verifier_tokens = True
 
     def __call__(self, draft, lprobs, top):
         return prefix_length(draft == top[:, : draft.size(1)])

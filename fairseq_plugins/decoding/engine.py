@@ -343,6 +343,8 @@ class DraftVerifyGenerator:
         accepted, top = scored.accepted, scored.top
         if used == 1:  # a plain greedy step: one token per row, nothing to cut
             return Verdict(draft, top, scored.top_lprob, None, accepted, scored, hidden)
+        if run.acceptance.takes_verifier_tokens:  # the accepted draft tokens are the verifier's: take its columns
+            return Verdict(draft, top, scored.top_lprob, accepted + 1, accepted, scored, hidden)
         fed = run.arange[:used].unsqueeze(0)
         new = torch.where(fed < accepted.unsqueeze(1), torch.cat([draft.tokens[:, : used - 1], top[:, -1:]], 1), top)
         new_lp = scored.lprobs.gather(2, new.unsqueeze(2)).squeeze(2)
@@ -361,7 +363,7 @@ class DraftVerifyGenerator:
         new, new_lp, n_gen, m = verdict.new, verdict.new_lp, rows.n_gen, verdict.new.size(1)
         width = rows.out.size(1)
         if m == 1:  # a plain greedy step
-            count, ended = self._bounded(torch.ones_like(n_gen), new[:, 0] == self.eos, n_gen, run.max_len)
+            count, ended = self._bounded(torch.ones_like(n_gen), new[:, 0] == self.eos, n_gen, run.max_len, rows, 1)
             if run.cache is not None and run.cache.aligned:
                 longest = max(rows.lengths)
                 rows.out[:, longest + 1 : longest + 2] = new
@@ -375,9 +377,14 @@ class DraftVerifyGenerator:
             is_eos = (new == self.eos) & (fed < verdict.offered.unsqueeze(1))
             ended = is_eos.any(dim=1)
             count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, verdict.offered)
-            count, ended = self._bounded(count, ended, n_gen, run.max_len)
-            rows.out.scatter_(1, (n_gen.unsqueeze(1) + 1 + run.arange[:m]).clamp(max=width - 1), new)
-            rows.lp_out.scatter_(1, (n_gen.unsqueeze(1) + run.arange[:m]).clamp(max=width - 1), new_lp)
+            count, ended = self._bounded(count, ended, n_gen, run.max_len, rows, m)
+            longest = max(rows.lengths)
+            if run.cache is not None and run.cache.aligned and longest + m < width:  # every row at one step
+                rows.out[:, longest + 1 : longest + 1 + m] = new
+                rows.lp_out[:, longest : longest + m] = new_lp
+            else:
+                rows.out.scatter_(1, (n_gen.unsqueeze(1) + 1 + run.arange[:m]).clamp(max=width - 1), new)
+                rows.lp_out.scatter_(1, (n_gen.unsqueeze(1) + run.arange[:m]).clamp(max=width - 1), new_lp)
             if verdict.scored is not None:  # the running score breaks the verifier's ties (the drafter alone has none)
                 # fairseq adds one token's log-prob at a time: the running score before the last appended
                 # token is that sum over the accepted draft tokens already (same float32 adds, same order)
@@ -387,10 +394,13 @@ class DraftVerifyGenerator:
         return count, ended
 
     @staticmethod
-    def _bounded(count: Tensor, ended: Tensor, n_gen: Tensor, max_len: int):
+    def _bounded(count: Tensor, ended: Tensor, n_gen: Tensor, max_len: int, rows: Rows, m: int):
         """No row grows past ``max_len`` + EOS, whatever the logits: fairseq's loop is bounded by
         ``range(max_len + 1)``; here a row that reaches that length ends (with finite log-probs EOS is
-        forced there anyway, so this changes nothing; with NaN/-inf everywhere it stops the loop)."""
+        forced there anyway, so this changes nothing; with NaN/-inf everywhere it stops the loop).
+        Nothing to do while the host knows no row can get there (``m`` tokens at most per row)."""
+        if max(rows.lengths) + m <= max_len:
+            return count, ended
         count = torch.minimum(count, (max_len + 1) - n_gen)
         return count, ended | (n_gen + count > max_len)
 

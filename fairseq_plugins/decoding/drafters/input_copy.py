@@ -25,10 +25,12 @@ Source and target must share the vocabulary; with different dictionaries the sou
 mapped to target ids through their strings (``<unk>`` where the target lacks a piece).
 """
 import torch
+import torch.nn.functional as F
 
 from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
 
 _NO_MATCH = -1   # source-side value that never equals an output token (BOS slot)
+MAX_NGRAM = 3   # --copy-ngram's largest value
 _SENTINEL = -2   # source-side value of the trailing PAD sentinel / padding for matching
 
 
@@ -39,7 +41,7 @@ class InputCopyDrafter(BlockDrafter):
 
     def __init__(self, block_size: int, ngram: int, src_to_tgt=None):
         super().__init__(block_size)
-        if not 1 <= ngram <= 3:
+        if not 1 <= ngram <= MAX_NGRAM:
             raise ValueError(f"--copy-ngram must be 1, 2 or 3 (got {ngram})")
         self.q = ngram
         self.src_to_tgt = src_to_tgt  # LongTensor id map, or None when the dictionaries are one
@@ -66,55 +68,57 @@ class InputCopyDrafter(BlockDrafter):
         x[:, 1 : slen + 1] = left
         x[:, 0] = ctx.bos
         x = torch.where(pos <= lengths.unsqueeze(1), x, torch.full_like(x, ctx.pad))
-        self.x = x                                   # draft source (PAD after EOS = sentinel)
+        # a tail of PAD/sentinel columns past every source, one draft (plus the verifier's token) wide:
+        # an anchor there drafts nothing, and no index computed below needs a bound or a clamp
+        tail = self.block + 2
+        self.lost = slen + 2  # the anchor of a row that has none (Alg. 1: decode one token per call)
+        self.x = torch.cat([x, x.new_full((bsz, tail), ctx.pad)], dim=1)  # draft source (PAD after EOS = sentinel)
         match = x.clone()                            # what output n-grams are matched against
         match[:, 0] = _NO_MATCH
         match = torch.where(pos <= lengths.unsqueeze(1), match, torch.full_like(match, _SENTINEL))
-        self.match = match
+        self.match = torch.cat([match, match.new_full((bsz, tail), _SENTINEL)], dim=1)
         self.anchor = torch.zeros(bsz, dtype=torch.long, device=src.device)  # o_0 = x_0 = BOS
+        self.slots = torch.arange(1, self.block + 1, device=src.device)
+        self.back = torch.arange(MAX_NGRAM, device=src.device)  # _rematch: 0..q-1 tokens back
         self.stale = False
 
     def propose(self, out, n_gen, longest=None):
         if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
             self.anchor, self.stale = self._rematch(out, n_gen), False
-        slots = torch.arange(1, self.block + 1, device=out.device)
-        idx = (self.anchor.unsqueeze(1) + slots).clamp(max=self.x.size(1) - 1)
-        draft = self.x.gather(1, idx)
-        beyond = (self.anchor.unsqueeze(1) + slots) >= self.x.size(1)
-        return Draft.of(draft.masked_fill(beyond | (self.anchor < 0).unsqueeze(1), self.ctx.pad), self.ctx.pad)
+        return Draft.of(self.x.gather(1, self.anchor.unsqueeze(1) + self.slots), self.ctx.pad)
 
     def observe(self, step: StepResult):
         if step.draft.size(1) == 0:  # a plain step (nothing was drafted): re-anchor only when drafting again
             self.stale = True
             return
         n_after = step.n_before + step.count
-        last = step.out.gather(1, n_after.unsqueeze(1)).squeeze(1)
+        last = step.out.gather(1, n_after.unsqueeze(1))
         # still on the copy: the verifier's token after the accepted copy is the next source token
+        # (in the tail, or from a lost anchor, the sentinel never matches)
         nxt = self.anchor + step.count
-        on_copy = (self.anchor >= 0) & (nxt < self.x.size(1))
-        same = self.match.gather(1, nxt.clamp(max=self.x.size(1) - 1).unsqueeze(1)).squeeze(1) == last
-        self.anchor = torch.where(on_copy & same, nxt, self._rematch(step.out, n_after))
+        same = self.match.gather(1, nxt.unsqueeze(1)) == last
+        self.anchor = torch.where(same.squeeze(1), nxt, self._rematch(step.out, n_after))
 
     def _rematch(self, out, n_gen):
-        """Source index ``i`` of the unique occurrence of the output's last n-gram (n = q..1), else -1."""
-        bsz, width = self.match.shape
-        anchor = torch.full((bsz,), -1, dtype=torch.long, device=out.device)
-        decided = torch.zeros(bsz, dtype=torch.bool, device=out.device)
-        for n in range(self.q, 0, -1):
-            if n > width:
-                continue
-            # the output's last n tokens (indices n_gen-n+1 .. n_gen of out; needs n_gen >= n)
-            back = torch.arange(n - 1, -1, -1, device=out.device)
-            idx = (n_gen.unsqueeze(1) - back).clamp(min=0)
-            suffix = out.gather(1, idx)                           # (B, n)
-            windows = self.match.unfold(1, n, 1)                  # (B, width-n+1, n)
-            hit = (windows == suffix.unsqueeze(1)).all(dim=2) & (n_gen >= n).unsqueeze(1)
-            count = hit.sum(dim=1)
-            end = hit.long().argmax(dim=1) + n - 1                # index of the n-gram's last token
-            take = ~decided & (count == 1)
-            anchor = torch.where(take, end, anchor)
-            decided = decided | (count >= 1)
-        return anchor
+        """Source index ``i`` of the unique occurrence of the output's last n-gram (n = q..1), else
+        ``self.lost``.  All n at once: ``eq[b, j, e]`` says the token ``q - 1 - j`` back from the
+        output's end equals ``x_e``; an n-gram ends at ``e`` where the n back-shifted rows all hold.
+        A longer n-gram's hit is a hit of every shorter one, so the longest n that hits anywhere is
+        the number of n that do, and its position counts only where it occurs exactly once."""
+        q = self.q
+        back = self.back[:q]                                                  # j tokens back
+        suffix = out.gather(1, (n_gen.unsqueeze(1) - back).clamp(min=0))    # (B, q): last token, the one before...
+        eq = self.match.unsqueeze(1) == suffix.unsqueeze(2)                   # (B, q, W)
+        hits = [eq[:, 0]]
+        for j in range(1, q):  # the n-gram (n = j + 1) ending at e also holds j tokens back, at e - j
+            hits.append(hits[-1] & F.pad(eq[:, j, :-j], (j, 0)))
+        hit = torch.stack(hits, dim=1) & (n_gen.unsqueeze(1) > back).unsqueeze(2)  # an n-gram needs n_gen >= n
+        count = hit.sum(dim=2)                                                # (B, q) occurrences of each n
+        longest = count.gt(0).sum(dim=1, keepdim=True)                        # (B, 1) the longest n that hits
+        pick = (longest - 1).clamp(min=0)
+        unique = count.gather(1, pick).eq(1)                                  # (no hit: count 0 there)
+        end = hit.long().argmax(dim=2).gather(1, pick)                        # its (first) end
+        return torch.where(unique, end, self.lost).squeeze(1)
 
     def select_rows(self, rows):
         self.x = self.x.index_select(0, rows)
