@@ -154,6 +154,24 @@ class Product:
         return kernel(x)
 
 
+class StackedQKV(Product):
+    """A fairseq attention's q/k/v projections stacked into one product (one GEMM instead of three);
+    :meth:`refresh` re-stacks them when any of the six tensors was replaced, moved, cast or updated."""
+
+    def __init__(self, attn):
+        self._attn, self._stack_key, self._stacked = attn, None, (None, None)
+        super().__init__(lambda: self._stacked[0], lambda: self._stacked[1])
+
+    def refresh(self):
+        sa = self._attn
+        parts = (sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight, sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias)
+        key = tuple(identity(t) for t in parts)
+        if key != self._stack_key:
+            self._stacked = (torch.cat([t.detach() for t in parts[:3]], 0), torch.cat([t.detach() for t in parts[3:]], 0))
+            self._stack_key = key
+        super().refresh()
+
+
 class VocabProjection:
     """A fairseq decoder's output projection onto its vocabulary (its first ``rows_of()`` ids: a
     drafter's ``--draft-vocab``) as a :class:`Product`; fairseq's own ``output_layer`` where it is

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
-from fairseq_plugins.decoding.projection import Product, VocabProjection, identity
+from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection
 
 
 class UnsupportedDecoderError(ValueError):
@@ -56,9 +56,8 @@ class _LayerWeights:
         self.act = layer.activation_fn
         self.pre = bool(layer.normalize_before)
         self.has_ea = layer.encoder_attn is not None
-        self._key = None
         # the layer's products (decoding.projection), re-reading their weights at each refresh
-        self.qkv = Product(lambda: self.qkv_w, lambda: self.qkv_b)
+        self.qkv = StackedQKV(layer.self_attn)
         self.sa_o, self.fc1, self.fc2 = _product(layer.self_attn.out_proj), _product(layer.fc1), _product(layer.fc2)
         self.products = [self.qkv, self.sa_o, self.fc1, self.fc2]
         if self.has_ea:
@@ -70,13 +69,6 @@ class _LayerWeights:
 
     def refresh(self):
         layer = self.layer
-        sa = layer.self_attn
-        qkv = (sa.q_proj.weight, sa.k_proj.weight, sa.v_proj.weight, sa.q_proj.bias, sa.k_proj.bias, sa.v_proj.bias)
-        key = tuple(identity(t) for t in qkv)
-        if key != self._key:
-            self.qkv_w = torch.cat([t.detach() for t in qkv[:3]], 0)
-            self.qkv_b = torch.cat([t.detach() for t in qkv[3:]], 0)
-            self._key = key
         for p in self.products:
             p.refresh()
         self.sa_ln = _norm(layer.self_attn_layer_norm)
