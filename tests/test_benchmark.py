@@ -280,6 +280,25 @@ def test_reference_rows_time_every_drafter_beside_greedy_of_its_own_model():
     assert beam5 == {"typo-en", "en-de"}  # the papers' baseline (IAD's 6x is against beam 5)
 
 
+def test_order_rows_are_the_convergence_runs_models_timed_against_l2r_kd_at_their_beam():
+    """configs/benchmark/orders.json (issue 20, gaps at convergence): every order of the convergence run
+    at greedy and at its paper's beam (head-tail 10, DOUBLETOPK; the others 4), each timed against the
+    L2R-KD baseline at the same beam (the same-run speed ratio beside the BLEU gap)."""
+    rows = benchmark.load_rows([REPO / "configs" / "benchmark" / "orders.json"])
+    trained = {line.split()[0] for line in (REPO / "configs/reference/convergence_kd.txt").read_text().splitlines()
+               if line.split("#", 1)[0].strip()}
+    (l2r,) = [r for r in rows if r.get("baseline")]
+    assert l2r["model"] == "l2r_kd"
+    orders = {r["model"]: r for r in rows if not r.get("baseline")}
+    assert set(orders) == {"r2l", "sa_l2r_c2", "head_tail", "ibdecoder", "ibdecoder_scratch", "ibdecoder_sa_c2",
+                           "imdecoder_h4"}
+    assert set(orders) | {"l2r_kd"} <= trained
+    for name, r in orders.items():
+        assert r["beams"] == [1, 10 if name == "head_tail" else 4], name
+        assert set(r["beams"]) <= set(l2r["beams"]) and r["corpus"] == l2r["corpus"], name
+        assert benchmark.family_of(r) == "orders"
+
+
 def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
     rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "baseline": True}]
     with pytest.raises(benchmark.BenchmarkError, match="both baselines"):
