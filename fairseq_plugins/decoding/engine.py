@@ -304,7 +304,8 @@ class DraftVerifyGenerator:
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad,
                                    final=alone, constraints=self.constraints,
-                                   encoder_out=None if alone else self.verifier.encoder_out))
+                                   encoder_out=None if alone else self.verifier.encoder_out,
+                                   vocab_projection=None if alone else self.verifier.step.vocab_projection))
         policy.begin(bsz, kmax)
         run = Run(drafter, acceptance, policy, cache, max_len, torch.arange(width + 1, device=device), [None] * bsz,
                   torch.zeros(2, dtype=torch.long, device=device), count_stats, propose=policy.expects_draft(),

@@ -73,6 +73,8 @@ class DraftContext:
     final: bool = False
     constraints: Optional[GreedyConstraints] = None
     encoder_out: Optional[dict] = None  # the verifier's encoder output (a drafter reading it: the shallow GAD drafter)
+    # the verifier's output projection (``projection.VocabProjection``, refreshed for the batch): heads that share it (blockwise)
+    vocab_projection: Optional[object] = None
 
 
 @dataclass

@@ -51,7 +51,8 @@ class BlockwiseDrafter(BlockDrafter):
         self.model = model
         self.heads = heads
         self.h: Optional[torch.Tensor] = None  # (B, d): the verifier's hidden state the heads read next
-        self.project = VocabProjection(model.decoder)  # the shared output projection (decoding.projection)
+        self.project: Optional[VocabProjection] = None  # the verifier's output projection (the heads share it)
+        self._own: Optional[VocabProjection] = None  # one of its own, for a caller that gives none
 
     @classmethod
     def from_config(cls, cfg, task, models):
@@ -64,7 +65,11 @@ class BlockwiseDrafter(BlockDrafter):
 
     def begin(self, ctx):
         super().begin(ctx)
-        self.project.refresh()
+        self.project = ctx.vocab_projection  # the engine's verifier: same model, same packed weights (Stern footnote 1)
+        if self.project is None:
+            self._own = self._own or VocabProjection(self.model.decoder)
+            self.project = self._own
+            self.project.refresh()
         self.h = None  # the first call only proposes
 
     def propose(self, out, n_gen, longest=None):
