@@ -11,7 +11,7 @@ from torch.overrides import TorchFunctionMode
 from _reorder_utils import build
 from conftest import PLUGIN_DIR, fairseq_cli, run
 from fairseq_plugins.decoding.beam_candidates import DoubleTopK
-from fairseq_plugins.decoding.multi_token_beam import FinishedHypotheses, ModelStepper, MultiTokenBeamSearch
+from fairseq_plugins.decoding.multi_token_beam import FinishedHypotheses, ModelParts, ModelStepper, MultiTokenBeamSearch
 from fairseq_plugins.orders import OrderError, get_order
 
 EOS, PAD, V = 2, 1, 8
@@ -440,7 +440,7 @@ def test_at_most_one_sync_and_no_copy_per_step(tmp_path, sync_counter, name, h, 
     order, bsz, beam = model.generation_order, 4, 3
     gen = MultiTokenBeamSearch(order, task.target_dictionary, beam_size=beam, double_topk=double_topk, min_len=2)
     sample = _random_batch(task, [7, 3, 6, 5])
-    stepper = EndsBySentence(ModelStepper(model, sample["net_input"], beam, 12 * order.z, order), bsz, beam,
+    stepper = EndsBySentence(ModelStepper(ModelParts(model), sample["net_input"], beam, 12 * order.z, order), bsz, beam,
                              task.target_dictionary.eos())
     with torch.inference_mode(), sync_counter:
         out = gen.search(stepper, bsz, 20, torch.device("cpu"))
@@ -514,7 +514,7 @@ def test_nan_in_the_vocabulary_is_never_chosen(tmp_path, name, double_topk):
     favourite = gen.generate([model], sample)[0][0]["generation_tokens"][0].item()
 
     def decode(value):
-        stepper = ModelStepper(model, sample["net_input"], 3, 12 * order.z, order)
+        stepper = ModelStepper(ModelParts(model), sample["net_input"], 3, 12 * order.z, order)
         with torch.inference_mode():
             return gen.search(PoisonedStepper(stepper, favourite, value), 3, 10, torch.device("cpu"))
 

@@ -7,7 +7,7 @@ from fairseq.modules import SinusoidalPositionalEmbedding
 
 from _reorder_utils import ORDER_CASES, build, parse_train_args
 from fairseq_plugins.data.reordered_dataset import ReorderedLanguagePairDataset
-from fairseq_plugins.decoding.multi_token_beam import ModelStepper
+from fairseq_plugins.decoding.multi_token_beam import ModelParts, ModelStepper
 from fairseq_plugins.models.reordered_transformer import signed_sinusoid
 from fairseq_plugins.orders import get_order
 from fairseq_plugins.tasks.fast_translation import FastTranslationOptionError, check_model_matches_task
@@ -30,7 +30,7 @@ def test_training_forward_equals_incremental_decoding(tmp_path, name, h, c, flag
     prev = torch.cat([torch.full((3, z), task.target_dictionary.eos()), tgt[:, :-z]], 1)
     with torch.no_grad():
         full = model.get_normalized_probs(model(src, src_len, prev), log_probs=True)
-        stepper = ModelStepper(model, {"src_tokens": src, "src_lengths": src_len}, 1, 2, order)  # capacity grows
+        stepper = ModelStepper(ModelParts(model), {"src_tokens": src, "src_lengths": src_len}, 1, 2, order)  # capacity grows
         steps = [stepper.step(prev[:, :(k + 1) * z]) for k in range(4)]
     torch.testing.assert_close(full, torch.cat(steps, 1), atol=1e-5, rtol=0)
 
@@ -53,7 +53,7 @@ def test_collated_batch_of_mixed_lengths_equals_incremental_decoding(tmp_path, n
     with torch.no_grad():
         full = model.get_normalized_probs(model(**net_input), log_probs=True)
         prev = net_input["prev_output_tokens"]
-        stepper = ModelStepper(model, net_input, 1, prev.size(1), model.generation_order)
+        stepper = ModelStepper(ModelParts(model), net_input, 1, prev.size(1), model.generation_order)
         steps = torch.cat([stepper.step(prev[:, :(k + 1) * z]) for k in range(prev.size(1) // z)], 1)
     real = batch["target"].ne(pad)
     assert not bool(real.all())  # shorter rows are padded

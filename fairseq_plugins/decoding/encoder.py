@@ -35,6 +35,20 @@ from fairseq_plugins.decoding.step import _ln, _norm
 _FAIRSEQ_PASS = ("forward", "forward_scriptable", "forward_embedding", "forward_torchscript")
 
 
+class Encoder:
+    """An encoder run once per batch: the lean pass where :func:`lean_encoder` takes it, fairseq's
+    own ``forward_torchscript`` otherwise.  Build it once per model: the lean pass lays out its
+    products (and, on a CPU, packs their weights) when it is made."""
+
+    def __init__(self, encoder):
+        self.module, self.lean = encoder, lean_encoder(encoder)
+
+    def __call__(self, net_input) -> Dict[str, List[Tensor]]:
+        if self.lean is not None:
+            return self.lean(net_input["src_tokens"])
+        return self.module.forward_torchscript(net_input)
+
+
 def lean_encoder(encoder) -> Optional["EncoderPass"]:
     """The lean pass of ``encoder``, or None where fairseq's own pass must run (see the module doc)."""
     cls = type(encoder)

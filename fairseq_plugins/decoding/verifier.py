@@ -10,7 +10,7 @@ from typing import Optional
 from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
-from fairseq_plugins.decoding.encoder import lean_encoder
+from fairseq_plugins.decoding.encoder import Encoder
 from fairseq_plugins.decoding.step import DecoderStep, UnsupportedDecoderError
 
 
@@ -31,7 +31,7 @@ class Verifier:
         except UnsupportedDecoderError as err:
             raise UnsupportedVerifierError(f"--drafter: {err}") from None
         self.model = model
-        self.encoder = lean_encoder(model.encoder)  # None: fairseq's own encoder pass (decoding.encoder)
+        self.encoder = Encoder(model.encoder)  # the lean pass where it is fairseq's encoder (decoding.encoder)
         self.encoder_out = None  # the current batch's encoder output (begin)
 
     def max_source_positions(self) -> Optional[int]:
@@ -40,10 +40,7 @@ class Verifier:
 
     def begin(self, net_input, capacity: int) -> KVCache:
         """Run the encoder once for the batch; a fresh cache with its keys/values projected."""
-        if self.encoder is not None:
-            encoder_out = self.encoder(net_input["src_tokens"])
-        else:
-            encoder_out = self.model.encoder.forward_torchscript(net_input)
+        encoder_out = self.encoder(net_input)
         self.encoder_out = encoder_out  # the batch's, for a drafter that reads it (DraftContext.encoder_out)
         return self.step.begin(encoder_out, capacity)
 
