@@ -48,7 +48,8 @@ from scripts import benchmark  # the benchmark's runners, corpus and rows
 # The lean step's per-layer parts (_layer, _self_attention...) have no public name in decoding/step.py
 # yet: check_points makes a rename there an error instead of a missing row.
 POINTS = [
-    ("encoder", "model.encoder", "forward"),
+    ("encoder", "model.encoder", "forward"),            # fairseq's generators, and the lean pass's fallback
+    ("encoder", "fairseq_plugins.decoding.encoder:EncoderPass", "__call__"),  # the lean pass: engine, beam
     ("decoder call", "model.decoder", "forward"),       # fairseq's generators
     ("decoder call", "fairseq_plugins.decoding.step:DecoderStep", "__call__"),  # the lean step: engine, beam
     ("encoder K/V projection", "fairseq_plugins.decoding.step:DecoderStep", "begin"),
