@@ -1,52 +1,109 @@
 #!/usr/bin/env python
-"""Reference run: train a list of models side by side until the L2R validation loss flattens,
+"""Reference run: train a list of models side by side, two at a time, until each has converged;
 record learning curves (validation loss and BLEU every ``--interval`` updates) and export the
 trained models for the benchmark.  This is how docs/RESULTS.md's reference tables were made.
 
-    python -m scripts.reference_run --models configs/reference/orders.txt --data work/demo/data \\
-        --out work/reference --max-update 8000 --interval 500 --parallel 5
+    python -m scripts.reference_run --models configs/reference/convergence_kd.txt --data RUNS/data \\
+        --out RUNS/ref --max-update 30000 --interval 500 --parallel 2
 
-Model list lines are ``NAME CONFIG CORPUS [updates=F] [extra fairseq-train args]`` (the format of
-configs/demo_models.txt: ``updates=F`` trains F x ``--max-update``); ``{CKPT}`` and ``{DATA}`` in a
-config's arguments and in the extra ones are replaced by ``OUT/checkpoints`` and the data root.  Every model trains with fairseq-train (``--fp16`` on a GPU,
-``--cpu`` otherwise), saving a checkpoint and validating every ``--interval`` updates; then each
-interval checkpoint decodes the ``--curve-subset`` split with the generator fairseq-generate would
-pick (the checkpoint's own order; ``--curve-beam``) and sacreBLEU scores it.  Trainings that stop
-early (``--stop-minutes``: fairseq's ``--stop-time-hours``) still save their last checkpoint.
+Model list lines (shell words, ``#`` starts a comment)::
 
-Outputs: ``OUT/<name>/train.log``, ``OUT/<name>/curve.json``, ``OUT/summary.json``,
-``OUT/curves.png``; with ``--export DIR`` the best checkpoint of every model (by validation loss;
-the last one for models trained on a distilled corpus) without optimizer state, as ``DIR/<name>/checkpoint_best.pt`` (a folder the benchmark reads).
+    NAME CONFIG CORPUS [KEY=VALUE ...] [extra fairseq-train args]
+    head_tail configs/orders/head_tail.args en-de-distilled beam=10 generate="--double-topk" --init-from-l2r ...
+
+with the keys ``updates=F`` (train F x ``--max-update``, as configs/demo_models.txt),
+``beam=N`` (the beam of this model's curve instead of ``--curve-beam``: its paper's) and
+``generate="ARGS"`` (extra fairseq-generate arguments of its curve, one quoted word).  A word
+``key=value`` with another key is an error.  ``{CKPT}`` and ``{DATA}`` in a config's arguments and
+in the extra ones are replaced by ``OUT/checkpoints`` and the data root.
+
+Every model trains with fairseq-train (``--fp16`` on a GPU, ``--cpu`` otherwise; its own process
+group), saving a checkpoint and validating every ``--interval`` updates.  While the trainings run,
+one scorer at a time decodes each new interval checkpoint's ``--curve-subset`` split with the
+generator fairseq-generate would pick (the checkpoint's own order) and sacreBLEU scores it; the
+point is appended to the model's curve.json at once (a checkpoint already there is never scored
+again, one that cannot be loaded is skipped with a warning).  The convergence watch
+(fairseq_plugins/evaluation/learning_curve.py) stops a training with SIGTERM once its curve meets the
+rule: validation BLEU within ``--tolerance`` over the last two of at least ``--min-points`` points,
+the last at no fewer than 3x the updates at which ``--flatten-reference`` (L2R) flattened (0 for the
+reference itself, and for every model with ``--flatten-reference none``); curve.json records it and a
+converged model is not trained again when the command is re-run.  Trainings that stop early
+(``--stop-minutes``: fairseq's ``--stop-time-hours``) still save their last checkpoint; re-running
+the command resumes every unconverged training from its last checkpoint.  Stopping the command
+stops its trainings.
+
+Outputs: ``OUT/<name>/train.log``, ``OUT/<name>/curve.json``, ``OUT/summary.json`` (merged with the
+entries of models not named this time), ``OUT/curves.png``; with ``--export DIR`` the checkpoint of
+every model at which it converged (else the best by validation loss; the last one for models trained
+on a distilled corpus) without optimizer state, as ``DIR/<name>/checkpoint_best.pt`` (a folder the
+benchmark reads).
 """
 import argparse
 import json
-import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from fairseq_plugins.evaluation import train_log
-from fairseq_plugins.evaluation.corpus import Corpus
-from scripts.benchmark import FairseqRunner
+from fairseq_plugins.corpora.files import AtomicBinary, AtomicWriter
+from fairseq_plugins.evaluation import learning_curve, train_log
+from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_plugins"
+CURVE_GENERATE = "--task fast_translation --lenpen 0.6"  # every curve; a list line's generate= adds to it
+
+
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if not value > 0:
+            raise ValueError(f"{text} is not positive")
+        return value
+    return parse
+
+
+def _generate_args(text):
+    shlex.split(text)  # a malformed quote is an error here, not in the scorer hours later
+    return text
+
+
+LIST_KEYS = {"updates": _positive(float), "beam": _positive(int), "generate": _generate_args}
 
 
 def read_models(path, names=None):
+    """The models of the list at ``path`` (only ``names`` if given), as dicts: name, config, corpus,
+    extra (fairseq-train words), update_scale, beam (None: ``--curve-beam``) and generate."""
     models = []
-    for line in Path(path).read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
+    for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
+        where = f"{path}:{number} ({raw.strip()!r})"
+        try:
+            words = shlex.split(raw, comments=True)
+        except ValueError as err:
+            raise SystemExit(f"error: {where}: {err}; list lines are shell words, quote generate=\"...\" once")
+        if not words:
             continue
-        name, config, corpus, *extra = line.split()
-        scale = [float(w.split("=", 1)[1]) for w in extra if w.startswith("updates=")]  # as train_models.sh
-        extra = [w for w in extra if not w.startswith("updates=")]
-        models.append({"name": name, "config": config, "corpus": corpus, "extra": extra,
-                       "update_scale": scale[-1] if scale else 1.0})
+        if len(words) < 3:
+            raise SystemExit(f"error: {where}: a model line is NAME CONFIG CORPUS [KEY=VALUE ...] [fairseq-train args]")
+        name, config, corpus, *rest = words
+        model = {"name": name, "config": config, "corpus": corpus, "extra": [], "update_scale": 1.0, "beam": None,
+                 "generate": ""}
+        for word in rest:
+            key, eq, value = word.partition("=")
+            if not (eq and re.fullmatch(r"[a-z_]+", key)):
+                model["extra"].append(word)
+                continue
+            if key not in LIST_KEYS:
+                raise SystemExit(f"error: {where}: unknown key '{key}=' (known: {', '.join(f'{k}=' for k in LIST_KEYS)}); "
+                                 "fairseq-train arguments start with --")
+            try:
+                model["update_scale" if key == "updates" else key] = LIST_KEYS[key](value)
+            except ValueError as err:
+                raise SystemExit(f"error: {where}: bad {key}= value: {err}")
+        if any(m["name"] == name for m in models):
+            raise SystemExit(f"error: {where}: the name {name} is used twice; give every model its own name")
+        models.append(model)
     if names:
         known = {m["name"] for m in models}
         unknown = [n for n in names if n not in known]
@@ -85,36 +142,8 @@ def train_command(model, args, gpu):
     return cmd + extra + args.train_args
 
 
-def run_parallel(jobs, parallel, label):
-    """jobs: list of (name, cmd, log path). Runs up to ``parallel`` at once; returns {name: exit code}."""
-    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    pending, running, codes, start = list(jobs), {}, {}, time.time()
-    while pending or running:
-        while pending and len(running) < parallel:
-            name, cmd, log = pending.pop(0)
-            log.parent.mkdir(parents=True, exist_ok=True)
-            running[name] = (subprocess.Popen(cmd, stdout=open(log, "a"), stderr=subprocess.STDOUT, env=env), log)
-            print(f"[{label} {time.time() - start:6.0f}s] started {name}", flush=True)
-        time.sleep(5)
-        for name, (proc, log) in list(running.items()):
-            if proc.poll() is not None:
-                codes[name] = proc.returncode
-                del running[name]
-                status = "done" if proc.returncode == 0 else f"FAILED ({proc.returncode}); see {log}"
-                print(f"[{label} {time.time() - start:6.0f}s] {name} {status} {progress(log)}", flush=True)
-        if running and int(time.time() - start) % 60 < 5:
-            print(f"[{label} {time.time() - start:6.0f}s] " + "  ".join(f"{n}: {progress(log)}" for n, (_, log) in
-                                                                     running.items()), flush=True)
-    return codes
-
-
-def progress(log):
-    updates = train_log.updates(log)
-    return f"{updates} updates" if updates is not None else ""
-
-
 def interval_checkpoints(folder):
+    """[(updates, path)] of fairseq's interval checkpoints (checkpoint_EPOCH_UPDATES.pt) in ``folder``."""
     found = []
     for p in Path(folder).glob("checkpoint_*_*.pt"):
         m = re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", p.name)
@@ -123,48 +152,269 @@ def interval_checkpoints(folder):
     return sorted(found)
 
 
-def curve(args):
-    """Subcommand: BLEU of every interval checkpoint of one model (run in its own process)."""
+def readable(checkpoint):
+    """Whether torch can load ``checkpoint`` (one written by a training killed while saving cannot);
+    memory-mapped, so the tensors are not read."""
     import torch
+
+    try:
+        torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+        return True
+    except Exception as err:  # truncated zip, unpickling error...: whatever torch.load raises
+        print(f"warning: skipped {checkpoint}: torch cannot load it ({type(err).__name__}: {err}); a training "
+              "killed while saving leaves such a file: delete it, or let the training save it again", flush=True)
+        return False
+
+
+def curve_header(args):
+    return {"name": args.name, "subset": args.curve_subset, "beam": args.curve_beam, "generate": args.generate}
+
+
+def check_curve_header(path, curve, header):
+    """Points of one curve must come from one decoding (subset, beam, generation arguments)."""
+    for key in ("subset", "beam", "generate"):
+        if curve.get(key, "") != header[key]:
+            raise SystemExit(f"error: {path} was scored with {key} {curve.get(key, '')!r}, not {header[key]!r}: "
+                             "score with the same settings, or move it away to start the curve again")
+
+
+def curve(args):
+    """Subcommand: score one model's interval checkpoints that its curve.json does not hold yet (at
+    most ``--max-points``), appending each point to curve.json as soon as it is scored."""
+    import torch
+
+    from fairseq_plugins.evaluation.corpus import Corpus
+    from scripts.benchmark import FairseqRunner
 
     torch.set_num_threads(1)
     gpu = cuda_available()
-    corpus = Corpus(Path(args.data) / args.corpus, subset=args.curve_subset)
-    folder = Path(args.out) / "checkpoints" / args.name
-    losses = train_log.valid_losses(Path(args.out) / args.name / "train.log")
-    points = []
-    for updates, ckpt in interval_checkpoints(folder):
-        runner = FairseqRunner(corpus, ckpt, "--task fast_translation --lenpen 0.6", args.curve_beam, 128,
+    path = Path(args.out) / args.name / "curve.json"
+    header = curve_header(args)
+    result = learning_curve.read(path)
+    if result is None:
+        result = dict(header, sentences=0, sacrebleu_signature=None, points=[])
+    check_curve_header(path, result, header)
+    log = Path(args.out) / args.name / "train.log"
+    losses = train_log.valid_losses(log)
+    missing = [p for p in result["points"] if p["valid_loss"] is None and p["updates"] in losses]
+    for p in missing:  # validated after the point was scored
+        p["valid_loss"] = losses[p["updates"]]
+    if missing or not path.exists():
+        learning_curve.write(path, result)
+    scored = {p["updates"] for p in result["points"]}
+    corpus, n = None, 0
+    for updates, ckpt in interval_checkpoints(Path(args.out) / "checkpoints" / args.name):
+        if updates in scored:
+            continue
+        if args.max_points and n >= args.max_points:
+            break
+        if not readable(ckpt):
+            continue
+        corpus = corpus or Corpus(Path(args.data) / args.corpus, subset=args.curve_subset)
+        runner = FairseqRunner(corpus, ckpt, f"{CURVE_GENERATE} {args.generate}", args.curve_beam, 128,
                                "cuda" if gpu else "cpu", gpu, 1, max_len=(1.2, 10))
         tokens = runner.decode(runner.batches)
         ids = sorted(tokens)
         quality = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
-        bleu, signature = quality["bleu"], quality["signature"]
-        points.append({"updates": updates, "valid_loss": losses.get(updates), "bleu": bleu, "bp": quality["bp"]})
-        print(f"{args.name} {updates} updates: valid loss {losses.get(updates)}  BLEU {bleu}", flush=True)
         del runner
-    result = {"name": args.name, "subset": args.curve_subset, "beam": args.curve_beam, "sentences": len(ids) if points else 0,
-              "sacrebleu_signature": signature if points else None, "points": points}
-    (Path(args.out) / args.name / "curve.json").write_text(json.dumps(result, indent=1))
+        loss = train_log.valid_losses(log).get(updates)
+        point = {"updates": updates, "valid_loss": loss, "bleu": quality["bleu"], "bp": quality["bp"]}
+        result["points"] = sorted(result["points"] + [point], key=lambda p: p["updates"])
+        result.update(sentences=len(ids), sacrebleu_signature=quality["signature"])
+        learning_curve.write(path, result)
+        scored.add(updates)
+        n += 1
+        print(f"{args.name} {updates} updates: valid loss {loss}  BLEU {quality['bleu']}", flush=True)
+
+
+class ReferenceRun:
+    """The orchestration: up to ``--parallel`` trainings at once, one curve scorer beside them, and the
+    convergence watch that stops a training once its curve meets the rule.  Each step is a method
+    called once per ``--poll-seconds``; :meth:`run` stops every job it started when it ends, however."""
+
+    def __init__(self, models, args, gpu):
+        self.models, self.args, self.gpu, self.out = models, args, gpu, Path(args.out)
+        self.env = job_env(REPO)
+        self.pending = [] if args.skip_training else list(models)  # trainings not started yet
+        self.trainings = {}  # name -> Job
+        self.codes = {}  # name -> exit code of a training that ended by itself
+        self.converged = set()
+        self.scorer = None  # (name, Job)
+        self.attempted = {}  # name -> the unscored checkpoints when it was last given to the scorer
+        self.turn = 0  # the scorer goes round the models
+        self.reference = None if args.flatten_reference.lower() == "none" else args.flatten_reference
+        self.start, self.last_report = time.time(), 0.0
+
+    def run(self):
+        """Until every training has ended (or converged) and every checkpoint is scored; returns the
+        names of the trainings that failed."""
+        try:
+            while True:
+                self.collect_trainings()
+                self.collect_scorer()
+                self.watch()
+                self.start_trainings()
+                self.start_scorer()
+                if not (self.pending or self.trainings or self.scorer):
+                    break
+                self.report_progress()
+                time.sleep(self.args.poll_seconds)
+        finally:
+            self.stop_all()
+        return sorted(n for n, code in self.codes.items() if code != 0)
+
+    # ---- the steps ----
+    def collect_trainings(self):
+        for name, job in list(self.trainings.items()):
+            code = job.poll()
+            if code is not None:
+                self.codes[name] = code
+                del self.trainings[name]
+                status = "done" if code == 0 else f"FAILED ({code}); see {job.log}"
+                self.log(f"{name} {status} {progress(job.log)}")
+
+    def collect_scorer(self):
+        if self.scorer and self.scorer[1].poll() is not None:
+            name, job = self.scorer
+            if job.poll() != 0:
+                self.log(f"scoring {name} FAILED ({job.poll()}); see {job.log}")
+            self.scorer = None
+
+    def watch(self):
+        """Record every model whose curve meets the rule (or already records it) as converged, and stop its training."""
+        for m in self.models:
+            name = m["name"]
+            if name in self.converged or (self.scorer and self.scorer[0] == name):
+                continue  # a curve being written is judged once its scorer is done
+            curve = learning_curve.read(self.curve_path(name))
+            if curve is None:
+                continue
+            if not curve.get("converged"):
+                floor = self.min_updates(name)
+                if floor is None or not learning_curve.converged(curve["points"], self.args.min_points,
+                                                                 self.args.tolerance, floor):
+                    continue
+                curve["converged"] = {"updates": learning_curve.evaluation_points(curve["points"])[-1]["updates"],
+                                      "min_points": self.args.min_points, "tolerance": self.args.tolerance,
+                                      "min_updates": floor, "reference": self.reference}
+                learning_curve.write(self.curve_path(name), curve)
+            self.converged.add(name)
+            self.pending = [p for p in self.pending if p["name"] != name]
+            if name in self.trainings:
+                self.trainings.pop(name).stop()
+                self.log(f"{name} converged at {curve['converged']['updates']} updates: training stopped")
+            else:
+                self.log(f"{name} converged at {curve['converged']['updates']} updates")
+
+    def start_trainings(self):
+        while self.pending and len(self.trainings) < self.args.parallel:
+            m = self.pending.pop(0)
+            self.trainings[m["name"]] = Job(m["name"], train_command(m, self.args, self.gpu),
+                                            self.out / m["name"] / "train.log", self.env)
+            self.log(f"started {m['name']}")
+
+    def start_scorer(self):
+        """Give the scorer the next model (in turn) with interval checkpoints its curve does not hold."""
+        if self.scorer:
+            return
+        for i in range(len(self.models)):
+            m = self.models[(self.turn + i) % len(self.models)]
+            unscored = self.unscored(m["name"])
+            if m["name"] in self.converged or not unscored or unscored == self.attempted.get(m["name"]):
+                continue  # the same unscored set again: only unreadable checkpoints are left
+            self.attempted[m["name"]] = unscored
+            self.turn = (self.turn + i + 1) % len(self.models)
+            self.scorer = (m["name"], Job(m["name"], self.curve_command(m), self.out / m["name"] / "curve.log", self.env))
+            return
+
+    def stop_all(self):
+        for name, job in list(self.trainings.items()) + ([self.scorer] if self.scorer else []):
+            job.stop()
+            self.log(f"stopped {name}")
+        self.trainings, self.scorer = {}, None
+
+    # ---- helpers ----
+    def curve_path(self, name):
+        return self.out / name / "curve.json"
+
+    def min_updates(self, name):
+        """The updates ``name``'s last point must reach (None: not known until the reference flattens)."""
+        if self.reference is None or name == self.reference:
+            return 0
+        reference = learning_curve.read(self.curve_path(self.reference)) or {}
+        return learning_curve.min_updates(reference.get("points"), self.args.min_points, self.args.tolerance)
+
+    def unscored(self, name):
+        curve = learning_curve.read(self.curve_path(name)) or {"points": []}
+        scored = {p["updates"] for p in curve["points"]}
+        return frozenset(u for u, _ in interval_checkpoints(self.out / "checkpoints" / name) if u not in scored)
+
+    def curve_command(self, m):
+        return [sys.executable, "-m", "scripts.reference_run", "--curve", "--name", m["name"], "--corpus", m["corpus"],
+                "--data", self.args.data, "--out", self.args.out, "--curve-subset", self.args.curve_subset,
+                "--curve-beam", str(m["beam"] or self.args.curve_beam), f"--generate={m['generate']}",
+                "--max-points", "1"]
+
+    def report_progress(self):
+        if self.trainings and time.time() - self.last_report >= 60:
+            self.last_report = time.time()
+            self.log("  ".join(f"{n}: {progress(job.log)}" for n, job in self.trainings.items()))
+
+    def log(self, message):
+        print(f"[reference {time.time() - self.start:6.0f}s] {message}", flush=True)
+
+
+def progress(log):
+    updates = train_log.updates(log)
+    return f"{updates} updates" if updates is not None else ""
+
+
+def summarize(models, out):
+    """OUT/summary.json: every model's curve and training time; entries of models not in ``models``
+    (an earlier run's --names) are kept."""
+    path = Path(out) / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    for m in models:
+        curve = learning_curve.read(Path(out) / m["name"] / "curve.json")
+        if curve is not None:
+            summary[m["name"]] = dict(curve, converged=curve.get("converged"),
+                                      train_seconds=train_log.wall_seconds(Path(out) / m["name"] / "train.log"))
+    with AtomicWriter(path) as f:
+        f.write(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def exported_checkpoint(m, out, data):
+    """The interval checkpoint at which the model converged; else checkpoint_best.pt, or for a model
+    trained on a distilled corpus (``distill.json`` in it) checkpoint_last.pt, since the gold
+    validation loss does not rank what it learns (as scripts/train_models.sh)."""
+    folder = Path(out) / "checkpoints" / m["name"]
+    converged = (learning_curve.read(Path(out) / m["name"] / "curve.json") or {}).get("converged")
+    if converged:
+        found = [c for u, c in interval_checkpoints(folder) if u == converged["updates"]]
+        if found:
+            return found[-1]
+        print(f"warning: {m['name']} converged at {converged['updates']} updates but its checkpoint is gone; "
+              "exporting by the usual rule", flush=True)
+    distilled = (Path(data) / m["corpus"] / "distill.json").exists()
+    return folder / ("checkpoint_last.pt" if distilled else "checkpoint_best.pt")
 
 
 def export(models, out, dest, data):
-    """checkpoint_best.pt of every model without optimizer state (what decoding needs); for a model
-    trained on a distilled corpus (``distill.json`` in it) the last checkpoint, since the gold
-    validation loss does not rank what it learns (as scripts/train_models.sh)."""
+    """Every model's exported checkpoint (:func:`exported_checkpoint`) without optimizer state (what
+    decoding needs), as ``dest/<name>/checkpoint_best.pt``."""
     import torch
 
     for m in models:
-        distilled = (Path(data) / m["corpus"] / "distill.json").exists()
-        src = Path(out) / "checkpoints" / m["name"] / ("checkpoint_last.pt" if distilled else "checkpoint_best.pt")
+        src = exported_checkpoint(m, out, data)
         if not src.exists():
             continue
         state = torch.load(src, map_location="cpu", weights_only=False)
         state["last_optimizer_state"] = None
         state.pop("extra_state", None)
-        target = Path(dest) / m["name"] / "checkpoint_best.pt"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(state, target)
+        with AtomicBinary(Path(dest) / m["name"] / "checkpoint_best.pt") as f:
+            torch.save(state, f)
+        print(f"exported {src}", flush=True)
 
 
 def plot(summary, path):
@@ -195,18 +445,27 @@ def main(argv=None):
     ap.add_argument("--data", required=True, help="data root holding the corpora named in the list")
     ap.add_argument("--out", required=True)
     ap.add_argument("--names", nargs="*", help="only these models of the list")
-    ap.add_argument("--max-update", type=int, default=8000)
+    ap.add_argument("--max-update", type=int, default=8000, help="stop a training that has not converged here")
     ap.add_argument("--stop-minutes", type=float, default=0, help="stop every training after this wall time")
     ap.add_argument("--interval", type=int, default=500, help="save, validate and score every N updates")
     ap.add_argument("--parallel", type=int, default=2, help="trainings at once (2 on a 2-core CPU machine)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--curve-subset", default="valid")
-    ap.add_argument("--curve-beam", type=int, default=4)
-    ap.add_argument("--skip-training", action="store_true", help="only the curves of trained models")
-    ap.add_argument("--export", help="write checkpoint_best.pt of every model, without optimizer state, here")
+    ap.add_argument("--curve-beam", type=int, default=4, help="the curves' beam (a list line's beam= overrides it)")
+    ap.add_argument("--min-points", type=int, default=learning_curve.MIN_POINTS,
+                    help="converged: at least this many evaluation points ...")
+    ap.add_argument("--tolerance", type=float, default=learning_curve.TOLERANCE,
+                    help="... the last two within this much BLEU ...")
+    ap.add_argument("--flatten-reference", default="l2r_kd",
+                    help="... the last at 3x the updates at which this model (L2R) flattened; 'none': no such floor")
+    ap.add_argument("--skip-training", action="store_true", help="only score (and watch) the checkpoints there are")
+    ap.add_argument("--export", help="write every model's converged (else best) checkpoint, without optimizer state, here")
+    ap.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)  # internal: one model's curve
     ap.add_argument("--name", help=argparse.SUPPRESS)
     ap.add_argument("--corpus", help=argparse.SUPPRESS)
+    ap.add_argument("--generate", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--max-points", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("train_args", nargs="*", help="extra fairseq-train arguments for every model (after --)")
     args = ap.parse_args(argv)
     if args.curve:
@@ -215,32 +474,28 @@ def main(argv=None):
     out = Path(args.out)
     gpu = cuda_available()
     print(f"[reference] {len(models)} models on {'GPU (fp16)' if gpu else 'CPU (fp32)'}, up to {args.max_update} "
-          f"updates, curves every {args.interval}", flush=True)
-    if not args.skip_training:
-        codes = run_parallel([(m["name"], train_command(m, args, gpu), out / m["name"] / "train.log") for m in models],
-                             args.parallel, "train")
-        failed = [n for n, c in codes.items() if c != 0]
-        if failed:
-            raise SystemExit(f"error: training failed for {', '.join(failed)}")
-    curve_jobs = [(m["name"], [sys.executable, "-m", "scripts.reference_run", "--curve", "--name", m["name"], "--corpus", m["corpus"],
-                               "--data", args.data, "--out", args.out, "--curve-subset", args.curve_subset,
-                               "--curve-beam", str(args.curve_beam)], out / m["name"] / "curve.log") for m in models]
-    run_parallel(curve_jobs, max(args.parallel, 1), "curve")
-    summary = {}
-    for m in models:
-        path = out / m["name"] / "curve.json"
-        if path.exists():
-            summary[m["name"]] = json.loads(path.read_text())
-            summary[m["name"]]["train_seconds"] = train_log.wall_seconds(out / m["name"] / "train.log")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+          f"updates, curves every {args.interval}; converged: BLEU within {args.tolerance} over the last two of "
+          f">= {args.min_points} points, the last at >= 3x where {args.flatten_reference} flattened", flush=True)
+    if args.flatten_reference.lower() != "none" and not (out / args.flatten_reference / "curve.json").exists() and \
+            args.flatten_reference not in {m["name"] for m in models}:
+        print(f"warning: no curve of the reference {args.flatten_reference} in {out} and it is not trained here: "
+              "the other models train to --max-update unless it flattens (--flatten-reference none: no floor)",
+              flush=True)
+    exit_on_sigterm()
+    failed = ReferenceRun(models, args, gpu).run()
+    summary = summarize(models, out)
     plot(summary, out / "curves.png")
     if args.export:
         export(models, out, args.export, args.data)
     for name, c in summary.items():
         best = max((p for p in c["points"] if p["bleu"] is not None), key=lambda p: p["bleu"], default=None)
         last = c["points"][-1] if c["points"] else None
+        conv = c.get("converged")
         print(f"{name:20s} last {last and last['updates']} updates BLEU {last and last['bleu']}  best BLEU "
-              f"{best and best['bleu']} at {best and best['updates']}  ({c['train_seconds']} s training)")
+              f"{best and best['bleu']} at {best and best['updates']}  "
+              f"{'converged at ' + str(conv['updates']) if conv else 'not converged'}  ({c.get('train_seconds')} s training)")
+    if failed:
+        raise SystemExit(f"error: training failed for {', '.join(failed)} (see OUT/<name>/train.log)")
 
 
 if __name__ == "__main__":

@@ -1,39 +1,193 @@
-"""scripts/reference_run.py: model lists (update fractions, extra arguments) and one model's
-learning curve computed from its interval checkpoints."""
+"""scripts/reference_run.py: model lists (update fractions, curve beams and generation arguments,
+extra arguments), one model's learning curve scored incrementally from its interval checkpoints, and
+the orchestration: the convergence watch stops a training's process group, a converged model is not
+trained again, summary.json keeps the models of earlier runs, and no training outlives the command."""
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from conftest import REPO
+from fairseq_plugins.evaluation import jobs
 from scripts import reference_run
 
 
 def test_model_list_lines(tmp_path):
     lst = tmp_path / "list.txt"
     lst.write_text("# c\nbase configs/models/baseline.args en-de\n"
-                   "ht configs/orders/head_tail.args kd updates=0.5 --init-from-l2r {CKPT}/base/checkpoint_best.pt\n")
+                   "ht configs/orders/head_tail.args kd updates=0.5 beam=10 generate=\"--double-topk --nbest 1\" "
+                   "--init-from-l2r {CKPT}/base/checkpoint_best.pt  # a comment\n")
     models = reference_run.read_models(lst)
     assert [m["name"] for m in models] == ["base", "ht"]
+    assert models[0]["beam"] is None and models[0]["generate"] == "" and models[0]["update_scale"] == 1.0
     assert models[1]["update_scale"] == 0.5 and models[1]["extra"] == ["--init-from-l2r", "{CKPT}/base/checkpoint_best.pt"]
+    assert models[1]["beam"] == 10 and models[1]["generate"] == "--double-topk --nbest 1"
     args = reference_run.argparse.Namespace(out=str(tmp_path / "out"), data=str(tmp_path), max_update=1000, interval=100,
                                             seed=1, stop_minutes=0, train_args=[])
     cmd = reference_run.train_command(models[1], args, gpu=False)
     assert cmd[cmd.index("--max-update") + 1] == "500"
     assert cmd[cmd.index("--init-from-l2r") + 1] == str(tmp_path / "out" / "checkpoints" / "base" / "checkpoint_best.pt")
+    assert not any("=" in w and not w.startswith("-") for w in cmd[cmd.index("--user-dir"):])  # no key reaches fairseq
+    curve_cmd = reference_run.ReferenceRun(models, reference_run.argparse.Namespace(
+        out="o", data="d", skip_training=True, flatten_reference="none", curve_subset="valid", curve_beam=4),
+        gpu=False).curve_command(models[1])
+    assert curve_cmd[curve_cmd.index("--curve-beam") + 1] == "10" and "--generate=--double-topk --nbest 1" in curve_cmd
 
 
-def test_curve_of_interval_checkpoints(tmp_path, tiny_corpus, tiny_model):
+@pytest.mark.parametrize("line, message", [
+    ("ht cfg kd beem=10", "unknown key 'beem='"),
+    ("ht cfg kd beam=0", "bad beam= value"),
+    ("ht cfg kd beam=four", "bad beam= value"),
+    ("ht cfg kd generate=\"--double-topk", "quote"),
+    ("ht cfg", "NAME CONFIG CORPUS"),
+])
+def test_bad_model_list_line_names_the_line(tmp_path, line, message):
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"base cfg kd\n{line}\n")
+    with pytest.raises(SystemExit) as err:
+        reference_run.read_models(lst)
+    assert f"list.txt:2 ({line!r})" in str(err.value) and message in str(err.value)
+
+
+def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk():
+    for name in ("convergence_kd.txt", "orders.txt"):
+        models = {m["name"]: m for m in reference_run.read_models(REPO / "configs" / "reference" / name)}
+        assert models["head_tail"]["beam"] == 10 and models["head_tail"]["generate"] == "--double-topk", name
+        assert all(m["beam"] is None for n, m in models.items() if n != "head_tail"), name
+
+
+def test_curve_scores_only_new_checkpoints_and_skips_unreadable_ones(tmp_path, tiny_corpus, tiny_model):
     out = tmp_path / "out"
     folder = out / "checkpoints" / "m"
     folder.mkdir(parents=True)
-    (folder / "checkpoint_1_100.pt").symlink_to(tiny_model)
+    for updates in (100, 200, 250):
+        (folder / f"checkpoint_1_{updates}.pt").symlink_to(tiny_model)
+    (folder / "checkpoint_1_150.pt").write_bytes(tiny_model.read_bytes()[:4096])  # a training killed while saving
     (out / "m").mkdir()
-    (out / "m" / "train.log").write_text('2026-01-01 00:00:00 | INFO | valid | {"epoch": 1, "valid_loss": "5.5", '
-                                         '"valid_num_updates": "100"}\n')  # fairseq-train --log-format json
-    subprocess.run([sys.executable, "-m", "scripts.reference_run", "--curve", "--name", "m", "--corpus",
-                    tiny_corpus.name, "--data", str(tiny_corpus.parent), "--out", str(out), "--curve-subset", "test",
-                    "--curve-beam", "2"], check=True, capture_output=True, text=True, cwd=REPO)
+    (out / "m" / "train.log").write_text("".join(
+        f'2026-01-01 00:00:00 | INFO | valid | {{"epoch": 1, "valid_loss": "{loss}", "valid_num_updates": "{u}"}}\n'
+        for u, loss in ((100, 5.5), (200, 5.25))))  # fairseq-train --log-format json
+    scored = {"updates": 100, "valid_loss": None, "bleu": 12.34, "bp": 0.5}  # an earlier run's point
+    (out / "m" / "curve.json").write_text(json.dumps({"name": "m", "subset": "test", "beam": 2, "generate": "",
+                                                      "points": [scored]}))
+    cmd = [sys.executable, "-m", "scripts.reference_run", "--curve", "--name", "m", "--corpus", tiny_corpus.name,
+           "--data", str(tiny_corpus.parent), "--out", str(out), "--curve-subset", "test", "--curve-beam", "2",
+           "--generate=", "--max-points", "1"]
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO)
+    assert "skipped" in proc.stdout and "checkpoint_1_150.pt" in proc.stdout
     curve = json.loads((out / "m" / "curve.json").read_text())
-    (point,) = curve["points"]
-    assert point["updates"] == 100 and point["valid_loss"] == 5.5
-    assert 0 <= point["bleu"] <= 100 and 0 < point["bp"] <= 1
+    first, second = curve["points"]
+    assert first == dict(scored, valid_loss=5.5)  # not decoded again; its loss filled in from the log
+    assert second["updates"] == 200 and second["valid_loss"] == 5.25  # one new point (--max-points 1): not 250
+    assert 0 <= second["bleu"] <= 100 and 0 < second["bp"] <= 1 and curve["sentences"] == 120
+    wrong_beam = subprocess.run(cmd[:cmd.index("--curve-beam") + 1] + ["4"], capture_output=True, text=True, cwd=REPO)
+    assert wrong_beam.returncode != 0 and "scored with beam 2, not 4" in wrong_beam.stderr
+
+
+def flat_curve(last_updates):
+    """Five points, the last two within 0.3 BLEU: the rule holds at ``last_updates``."""
+    bleus = [10.0, 20.0, 30.0, 35.0, 35.2]
+    return {"name": "m", "subset": "valid", "beam": 4, "generate": "", "points": [
+        {"updates": last_updates - 500 * (4 - i), "valid_loss": None, "bleu": b, "bp": 1.0} for i, b in enumerate(bleus)]}
+
+
+def fake_training(out, name, curve, seconds):
+    """A stand-in for fairseq-train: notes its pid, writes the curve its scorer would, then runs ``seconds``."""
+    script = (f"import json, os, pathlib, time; d = pathlib.Path({str(out / name)!r}); d.mkdir(parents=True, exist_ok=True); "
+              f"(d / 'pid').write_text(str(os.getpid())); (d / 'curve.json').write_text(json.dumps({curve!r})); "
+              f"time.sleep({seconds})")
+    return [sys.executable, "-c", script]
+
+
+def group_alive(pgid, wait=3.0):
+    """Whether a live (not zombie) process is in group ``pgid`` ``wait`` seconds from now, or as soon as none is."""
+    deadline = time.time() + wait
+    while True:
+        alive = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+            alive |= fields[0] != "Z" and int(fields[2]) == pgid  # state, ppid, pgrp
+        if not alive or time.time() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def test_watch_stops_a_converged_training_and_does_not_restart_it(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    lst = tmp_path / "list.txt"
+    lst.write_text("l2r_kd cfg kd\nr2l cfg kd\n")
+    curves = {"l2r_kd": flat_curve(2500), "r2l": flat_curve(5000)}  # r2l is flat, but before 3 x 2,500
+    seconds = {"l2r_kd": 60, "r2l": 2}
+    monkeypatch.setattr(reference_run, "train_command",
+                        lambda m, args, gpu: fake_training(out, m["name"], curves[m["name"]], seconds[m["name"]]))
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps({"earlier": {"points": [], "converged": None}}))
+    argv = ["--models", str(lst), "--data", str(tmp_path), "--out", str(out), "--parallel", "2", "--poll-seconds", "0.1"]
+    start = time.time()
+    reference_run.main(argv)
+    assert time.time() - start < 20  # not the 60 s the L2R stand-in would run
+    pid = int((out / "l2r_kd" / "pid").read_text())
+    assert not group_alive(pid)
+    converged = json.loads((out / "l2r_kd" / "curve.json").read_text())["converged"]
+    assert converged["updates"] == 2500 and converged["min_updates"] == 0
+    assert "converged" not in json.loads((out / "r2l" / "curve.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"earlier", "l2r_kd", "r2l"}  # the earlier run's entry kept
+    assert summary["l2r_kd"]["converged"]["updates"] == 2500 and summary["r2l"]["converged"] is None
+
+    (out / "l2r_kd" / "pid").unlink()
+    reference_run.main(argv + ["--names", "l2r_kd", "r2l"])
+    assert not (out / "l2r_kd" / "pid").exists()  # converged: not trained again
+    assert (out / "r2l" / "pid").exists()
+
+
+def test_trainings_die_with_the_command(tmp_path, monkeypatch):
+    """The finally: of the run stops every training it started (here: the command interrupted)."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(reference_run, "train_command",
+                        lambda m, args, gpu: [sys.executable, "-c", "import time; time.sleep(60)"])
+    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2,
+                                            flatten_reference="l2r_kd", min_points=5, tolerance=0.3, poll_seconds=0.1)
+    run = reference_run.ReferenceRun([{"name": "a"}, {"name": "b"}], args, gpu=False)
+    groups = []
+
+    def interrupted(seconds):  # the run's first pause (stop() waits with time.sleep, too)
+        if not groups:
+            groups.extend(job.group for job in run.trainings.values())
+            raise KeyboardInterrupt
+        sleep(seconds)
+
+    sleep = time.sleep
+    monkeypatch.setattr(reference_run.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    assert len(groups) == 2 and not any(group_alive(g) for g in groups)
+
+
+def test_a_job_dies_with_a_killed_parent(tmp_path):
+    """SIGKILL leaves no finally: to run; the kernel's parent-death signal still ends the job."""
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from fairseq_plugins.evaluation import jobs; "
+        "job = jobs.Job('sleep', [sys.executable, '-c', 'import time; time.sleep(60)'], sys.argv[2], None); "
+        "print(job.group, flush=True); time.sleep(60)"), str(REPO), str(tmp_path / "job.log")],
+        stdout=subprocess.PIPE, text=True, cwd=REPO)
+    group = int(parent.stdout.readline())
+    assert group_alive(group, wait=0)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert not group_alive(group)
+
+
+def test_job_stop_ends_the_whole_group(tmp_path):
+    job = jobs.Job("sh", ["sh", "-c", "sleep 60 & sleep 60"], tmp_path / "log", None)  # a child of the job, too
+    time.sleep(0.3)
+    assert group_alive(job.group, wait=0)
+    assert job.stop(grace=5) == -signal.SIGTERM and not group_alive(job.group)

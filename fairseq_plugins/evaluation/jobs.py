@@ -1,0 +1,75 @@
+"""Background jobs of a run (a fairseq-train, a curve scorer), each in its own process group.
+
+A job starts in a new session (``start_new_session=True``), so one signal to its group stops it and
+everything it started; :meth:`Job.stop` sends SIGTERM and, after a grace period, SIGKILL.  A job
+must not outlive the command that started it: the command stops its jobs in a ``finally:`` (and
+turns SIGTERM into an exception, :func:`exit_on_sigterm`, so that block runs), and on Linux each
+job also asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), which covers a
+command killed with SIGKILL.
+"""
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def job_env(repo):
+    """The environment of a job: the repository importable, one thread per process (2 shared cores)."""
+    return dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def _die_with_parent():
+    """In the child before exec: SIGTERM to this job when the process that started it dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the finally: of the command still stops it
+        pass
+
+
+class Job:
+    """``cmd`` running in its own process group, stdout and stderr appended to ``log``."""
+
+    def __init__(self, name, cmd, log, env):
+        self.name, self.log = name, Path(log)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+
+    @property
+    def group(self):
+        return self.proc.pid  # a new session's leader: its pid is the group's id
+
+    def poll(self):
+        """The exit code, None while it runs."""
+        return self.proc.poll()
+
+    def stop(self, grace=30.0):
+        """SIGTERM to the whole group, SIGKILL if it is still there after ``grace`` seconds; returns the exit code."""
+        if self.proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+    def _signal(self, sig):
+        try:
+            os.killpg(self.group, sig)
+        except ProcessLookupError:
+            pass
+
+
+def exit_on_sigterm():
+    """Make SIGTERM raise SystemExit in this process, so that its ``finally:`` blocks stop its jobs."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
