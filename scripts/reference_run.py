@@ -243,7 +243,7 @@ class ReferenceRun:
         self.attempted = {}  # name -> the unscored checkpoints when it was last given to the scorer
         self.turn = 0  # the scorer goes round the models
         self.reference = None if args.flatten_reference.lower() == "none" else args.flatten_reference
-        self.start, self.last_report = time.time(), 0.0
+        self.start, self.last_report, self.floor_reported = time.time(), 0.0, None
 
     def run(self):
         """Until every training has ended (or converged) and every checkpoint is scored; returns the
@@ -281,7 +281,8 @@ class ReferenceRun:
             self.scorer = None
 
     def watch(self):
-        """Record every model whose curve meets the rule (or already records it) as converged, and stop its training."""
+        """Stop and record as converged every model whose curve meets the rule (or already records it)."""
+        floor = self.reference_floor()
         for m in self.models:
             name = m["name"]
             if name in self.converged or (self.scorer and self.scorer[0] == name):
@@ -290,21 +291,24 @@ class ReferenceRun:
             if curve is None:
                 continue
             if not curve.get("converged"):
-                floor = self.min_updates(name)
-                if floor is None or not learning_curve.converged(curve["points"], self.args.min_points,
-                                                                 self.args.tolerance, floor):
+                min_updates = 0 if name == self.reference else floor
+                if min_updates is None or not learning_curve.converged(curve["points"], self.args.min_points,
+                                                                       self.args.tolerance, min_updates):
                     continue
                 curve["converged"] = {"updates": learning_curve.evaluation_points(curve["points"])[-1]["updates"],
                                       "min_points": self.args.min_points, "tolerance": self.args.tolerance,
-                                      "min_updates": floor, "reference": self.reference}
+                                      "min_updates": min_updates, "reference": self.reference}
                 learning_curve.write(self.curve_path(name), curve)
-            self.converged.add(name)
-            self.pending = [p for p in self.pending if p["name"] != name]
-            if name in self.trainings:
-                self.trainings.pop(name).stop()
-                self.log(f"{name} converged at {curve['converged']['updates']} updates: training stopped")
-            else:
-                self.log(f"{name} converged at {curve['converged']['updates']} updates")
+            self.mark_converged(name, curve["converged"]["updates"])
+
+    def mark_converged(self, name, updates):
+        self.converged.add(name)
+        self.pending = [p for p in self.pending if p["name"] != name]
+        if name in self.trainings:
+            self.trainings.pop(name).stop()
+            self.log(f"{name} converged at {updates} updates: training stopped")
+        else:
+            self.log(f"{name} converged at {updates} updates")
 
     def start_trainings(self):
         while self.pending and len(self.trainings) < self.args.parallel:
@@ -337,12 +341,20 @@ class ReferenceRun:
     def curve_path(self, name):
         return self.out / name / "curve.json"
 
-    def min_updates(self, name):
-        """The updates ``name``'s last point must reach (None: not known until the reference flattens)."""
-        if self.reference is None or name == self.reference:
+    def reference_floor(self):
+        """The updates the other models' last point must reach (0 without a reference; None until it flattens)."""
+        if self.reference is None:
             return 0
         reference = learning_curve.read(self.curve_path(self.reference)) or {}
-        return learning_curve.min_updates(reference.get("points"), self.args.min_points, self.args.tolerance)
+        floor = learning_curve.min_updates(reference.get("points"), self.args.min_points, self.args.tolerance)
+        if floor is not None and floor != self.floor_reported:
+            self.floor_reported = floor
+            short = [m["name"] for m in self.models if m["name"] != self.reference and
+                     floor > self.args.max_update * m["update_scale"]]
+            self.log(f"{self.reference} flattened at {floor // learning_curve.REFERENCE_FACTOR} updates: the others "
+                     f"converge at {floor} updates or later" + (f"; {', '.join(short)} stop at --max-update first: "
+                                                                "raise it and run again" if short else ""))
+        return floor
 
     def unscored(self, name):
         curve = learning_curve.read(self.curve_path(name)) or {"points": []}
