@@ -29,8 +29,8 @@ the last at no fewer than 3x the updates at which ``--flatten-reference`` (L2R) 
 reference itself, and for every model with ``--flatten-reference none``); curve.json records it and a
 converged model is not trained again when the command is re-run.  Trainings that stop early
 (``--stop-minutes``: fairseq's ``--stop-time-hours``) still save their last checkpoint; re-running
-the command resumes every unconverged training from its last checkpoint.  Stopping the command
-stops its trainings.
+the command resumes every unconverged training from its last checkpoint (the newest one torch can
+load).  Stopping the command stops its trainings.
 
 Outputs: ``OUT/<name>/train.log``, ``OUT/<name>/curve.json``, ``OUT/summary.json`` (merged with the
 entries of models not named this time), ``OUT/curves.png``; with ``--export DIR`` the checkpoint of
@@ -153,17 +153,30 @@ def interval_checkpoints(folder):
 
 
 def readable(checkpoint):
-    """Whether torch can load ``checkpoint`` (one written by a training killed while saving cannot);
-    memory-mapped, so the tensors are not read."""
+    """Whether torch can load ``checkpoint`` (one written by a training killed while saving cannot; a
+    warning says so); memory-mapped, so the tensors are not read."""
     import torch
 
     try:
         torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
         return True
     except Exception as err:  # truncated zip, unpickling error...: whatever torch.load raises
-        print(f"warning: skipped {checkpoint}: torch cannot load it ({type(err).__name__}: {err}); a training "
-              "killed while saving leaves such a file: delete it, or let the training save it again", flush=True)
+        print(f"warning: torch cannot load {checkpoint} ({type(err).__name__}: {err}), as a training killed while "
+              "saving leaves it: skipped (delete it, or let the training save it again)", flush=True)
         return False
+
+
+def restore_file(save_dir):
+    """Where a training resumes: None for fairseq's own checkpoint_last.pt (or a fresh start); the newest
+    readable interval checkpoint if checkpoint_last.pt cannot be loaded (a training killed while copying it)."""
+    last = Path(save_dir) / "checkpoint_last.pt"
+    if not last.exists() or readable(last):
+        return None
+    for _, ckpt in reversed(interval_checkpoints(save_dir)):
+        if readable(ckpt):
+            print(f"warning: resuming from {ckpt}, not {last}", flush=True)
+            return ckpt
+    return None
 
 
 def curve_header(args):
@@ -313,7 +326,9 @@ class ReferenceRun:
     def start_trainings(self):
         while self.pending and len(self.trainings) < self.args.parallel:
             m = self.pending.pop(0)
-            self.trainings[m["name"]] = Job(m["name"], train_command(m, self.args, self.gpu),
+            cmd = train_command(m, self.args, self.gpu)
+            restore = restore_file(self.out / "checkpoints" / m["name"])
+            self.trainings[m["name"]] = Job(m["name"], cmd + (["--restore-file", str(restore)] if restore else []),
                                             self.out / m["name"] / "train.log", self.env)
             self.log(f"started {m['name']}")
 

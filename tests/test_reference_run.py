@@ -89,6 +89,19 @@ def test_curve_scores_only_new_checkpoints_and_skips_unreadable_ones(tmp_path, t
     assert wrong_beam.returncode != 0 and "scored with beam 2, not 4" in wrong_beam.stderr
 
 
+def test_a_training_resumes_from_its_newest_readable_checkpoint(tmp_path, tiny_model):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    assert reference_run.restore_file(folder) is None  # a fresh start
+    (folder / "checkpoint_last.pt").symlink_to(tiny_model)
+    assert reference_run.restore_file(folder) is None  # fairseq's own checkpoint_last.pt
+    (folder / "checkpoint_last.pt").unlink()
+    (folder / "checkpoint_last.pt").write_bytes(tiny_model.read_bytes()[:4096])  # killed while copying it
+    (folder / "checkpoint_1_100.pt").symlink_to(tiny_model)
+    (folder / "checkpoint_1_200.pt").write_bytes(tiny_model.read_bytes()[:4096])
+    assert reference_run.restore_file(folder) == folder / "checkpoint_1_100.pt"
+
+
 def flat_curve(last_updates):
     """Five points, the last two within 0.3 BLEU: the rule holds at ``last_updates``."""
     bleus = [10.0, 20.0, 30.0, 35.0, 35.2]
