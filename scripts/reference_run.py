@@ -161,8 +161,9 @@ def readable(checkpoint):
         torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
         return True
     except Exception as err:  # truncated zip, unpickling error...: whatever torch.load raises
-        print(f"warning: torch cannot load {checkpoint} ({type(err).__name__}: {err}), as a training killed while "
-              "saving leaves it: skipped (delete it, or let the training save it again)", flush=True)
+        reason = (str(err).splitlines() or [""])[0][:160]
+        print(f"warning: torch cannot load {checkpoint} ({type(err).__name__}: {reason}); a training killed while "
+              "saving leaves such a file", flush=True)
         return False
 
 
@@ -222,6 +223,7 @@ def curve(args):
         if args.max_points and n >= args.max_points:
             break
         if not readable(ckpt):
+            print(f"warning: skipped {ckpt} (delete it, or let the training save it again)", flush=True)
             continue
         corpus = corpus or Corpus(Path(args.data) / args.corpus, subset=args.curve_subset)
         runner = FairseqRunner(corpus, ckpt, f"{CURVE_GENERATE} {args.generate}", args.curve_beam, 128,
@@ -502,7 +504,8 @@ def main(argv=None):
     gpu = cuda_available()
     print(f"[reference] {len(models)} models on {'GPU (fp16)' if gpu else 'CPU (fp32)'}, up to {args.max_update} "
           f"updates, curves every {args.interval}; converged: BLEU within {args.tolerance} over the last two of "
-          f">= {args.min_points} points, the last at >= 3x where {args.flatten_reference} flattened", flush=True)
+          f">= {args.min_points} points" + ("" if args.flatten_reference.lower() == "none" else
+                                            f", the last at >= 3x where {args.flatten_reference} flattened"), flush=True)
     if args.flatten_reference.lower() != "none" and not (out / args.flatten_reference / "curve.json").exists() and \
             args.flatten_reference not in {m["name"] for m in models}:
         print(f"warning: no curve of the reference {args.flatten_reference} in {out} and it is not trained here: "

@@ -1,6 +1,8 @@
 """What the scripts share to evaluate trained models: a checkpoint loaded and decoded the way
 ``fairseq-generate`` does it (:mod:`.generation`), a corpus folder's references and BLEU
-(:mod:`.corpus`), and fairseq-train's JSON logs read back (:mod:`.train_log`).
+(:mod:`.corpus`), fairseq-train's JSON logs read back (:mod:`.train_log`), learning curves and
+their convergence rule (:mod:`.learning_curve`) and background jobs in their own process groups
+(:mod:`.jobs`).
 
 Not imported by ``--user-dir fairseq_plugins``: only the scripts and the tests use it.
 """
