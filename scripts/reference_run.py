@@ -13,7 +13,9 @@ Model list lines (shell words, ``#`` starts a comment)::
 
 with the keys ``updates=F`` (train F x ``--max-update``, as configs/demo_models.txt),
 ``beam=N`` (the beam of this model's curve instead of ``--curve-beam``: its paper's) and
-``generate="ARGS"`` (extra fairseq-generate arguments of its curve, one quoted word).  A word
+``generate="ARGS"`` (extra fairseq-generate arguments of its curve, one quoted word) and ``curve=no``
+(no BLEU curve: a GAD drafter's checkpoint does not translate by itself; it trains to
+``--max-update`` and its validation loss is in train.log).  A word
 ``key=value`` with another key is an error.  ``{CKPT}`` and ``{DATA}`` in a config's arguments and
 in the extra ones are replaced by ``OUT/checkpoints`` and the data root.
 
@@ -69,12 +71,18 @@ def _generate_args(text):
     return text
 
 
-LIST_KEYS = {"updates": _positive(float), "beam": _positive(int), "generate": _generate_args}
+def _yes_no(text):
+    if text not in ("yes", "no"):
+        raise ValueError(f"{text} is neither yes nor no")
+    return text == "yes"
+
+
+LIST_KEYS = {"updates": _positive(float), "beam": _positive(int), "generate": _generate_args, "curve": _yes_no}
 
 
 def read_models(path, names=None):
     """The models of the list at ``path`` (only ``names`` if given), as dicts: name, config, corpus,
-    extra (fairseq-train words), update_scale, beam (None: ``--curve-beam``) and generate."""
+    extra (fairseq-train words), update_scale, beam (None: ``--curve-beam``), generate and curve."""
     models = []
     for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
         where = f"{path}:{number} ({raw.strip()!r})"
@@ -88,7 +96,7 @@ def read_models(path, names=None):
             raise SystemExit(f"error: {where}: a model line is NAME CONFIG CORPUS [KEY=VALUE ...] [fairseq-train args]")
         name, config, corpus, *rest = words
         model = {"name": name, "config": config, "corpus": corpus, "extra": [], "update_scale": 1.0, "beam": None,
-                 "generate": ""}
+                 "generate": "", "curve": True}
         for word in rest:
             key, eq, value = word.partition("=")
             if not (eq and re.fullmatch(r"[a-z_]+", key)):
@@ -341,7 +349,7 @@ class ReferenceRun:
         for i in range(len(self.models)):
             m = self.models[(self.turn + i) % len(self.models)]
             unscored = self.unscored(m["name"])
-            if m["name"] in self.converged or not unscored or unscored == self.attempted.get(m["name"]):
+            if not m["curve"] or m["name"] in self.converged or not unscored or unscored == self.attempted.get(m["name"]):
                 continue  # the same unscored set again: only unreadable checkpoints are left
             self.attempted[m["name"]] = unscored
             self.turn = (self.turn + i + 1) % len(self.models)
@@ -447,10 +455,9 @@ def export(models, out, dest, data):
 
 
 def plot(summary, path):
-    import matplotlib
+    from fairseq_plugins.viz.pyplot import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name, c in summary.items():

@@ -43,6 +43,7 @@ def test_model_list_lines(tmp_path):
     ("ht cfg kd beem=10", "unknown key 'beem='"),
     ("ht cfg kd beam=0", "bad beam= value"),
     ("ht cfg kd beam=four", "bad beam= value"),
+    ("ht cfg kd curve=off", "bad curve= value"),
     ("ht cfg kd generate=\"--double-topk", "quote"),
     ("ht cfg", "NAME CONFIG CORPUS"),
 ])
@@ -59,6 +60,30 @@ def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk()
         models = {m["name"]: m for m in reference_run.read_models(REPO / "configs" / "reference" / name)}
         assert models["head_tail"]["beam"] == 10 and models["head_tail"]["generate"] == "--double-topk", name
         assert all(m["beam"] is None for n, m in models.items() if n != "head_tail"), name
+    models = reference_run.read_models(REPO / "configs" / "reference" / "convergence_kd.txt")
+    # a GAD drafter's checkpoint (--task nar_drafter) does not translate by itself: no BLEU curve for it
+    assert {m["name"] for m in models if not m["curve"]} == {m["name"] for m in models if "gad_drafter" in m["name"]}
+
+
+def test_the_scorer_passes_over_a_model_without_a_curve(tmp_path, tiny_model):
+    lst = tmp_path / "list.txt"
+    lst.write_text("drafter cfg kd curve=no\nl2r cfg kd curve=yes\n")
+    models = reference_run.read_models(lst)
+    assert [m["curve"] for m in models] == [False, True]
+    for m in models:
+        folder = tmp_path / "out" / "checkpoints" / m["name"]
+        folder.mkdir(parents=True)
+        (folder / "checkpoint_1_100.pt").symlink_to(tiny_model)
+    run = reference_run.ReferenceRun(models, reference_run.argparse.Namespace(
+        out=str(tmp_path / "out"), data=str(tmp_path), skip_training=True, flatten_reference="none",
+        curve_subset="valid", curve_beam=4), gpu=False)
+    run.curve_command = lambda m: [sys.executable, "-c", "pass"]
+    run.start_scorer()
+    assert run.scorer[0] == "l2r"
+    run.scorer[1].stop()
+    run.scorer = None
+    run.start_scorer()  # l2r's set was just given; the drafter is never given
+    assert run.scorer is None
 
 
 def test_curve_scores_only_new_checkpoints_and_skips_unreadable_ones(tmp_path, tiny_corpus, tiny_model):
@@ -169,7 +194,7 @@ def test_trainings_die_with_the_command(tmp_path, monkeypatch):
                         lambda m, args, gpu: [sys.executable, "-c", "import time; time.sleep(60)"])
     args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2,
                                             flatten_reference="l2r_kd", min_points=5, tolerance=0.3, poll_seconds=0.1)
-    run = reference_run.ReferenceRun([{"name": "a"}, {"name": "b"}], args, gpu=False)
+    run = reference_run.ReferenceRun([{"name": "a", "curve": True}, {"name": "b", "curve": True}], args, gpu=False)
     groups = []
 
     def interrupted(seconds):  # the run's first pause (stop() waits with time.sleep, too)
