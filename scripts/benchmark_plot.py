@@ -14,10 +14,10 @@ Re-draw from a results file::
 """
 import argparse
 import json
-import logging
-import math
 import textwrap
 from pathlib import Path
+
+from fairseq_plugins.viz.pyplot import pyplot
 
 FAMILIES = ("anchors", "orders", "draft-and-verify", "non-autoregressive")
 MARKERS = {"anchors": "s", "orders": "^", "draft-and-verify": "o", "non-autoregressive": "D"}
@@ -92,11 +92,7 @@ def place_labels(ax, rows, points, renderer):
 
 
 def plot(results, path):
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup leaves DEBUG on
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 

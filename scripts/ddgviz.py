@@ -27,11 +27,7 @@ def main(argv=None):
     ap.add_argument("--max-len-b", type=int, default=200)
     args = ap.parse_args(argv)
 
-    import logging
-
     import torch
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
     from fairseq_plugins.viz.ddg import jacobi_trace, render_html, render_png
 

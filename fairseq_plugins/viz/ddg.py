@@ -18,6 +18,8 @@ from typing import List
 
 import torch
 
+from fairseq_plugins.viz.pyplot import pyplot
+
 
 @dataclass
 class DDGTrace:
@@ -77,10 +79,7 @@ def jacobi_trace(model, task, sample, max_len_b=200) -> DDGTrace:
 
 
 def render_png(trace: DDGTrace, path, dictionary, title=None):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.patches import FancyArrowPatch
     from matplotlib.path import Path as MplPath
 
