@@ -44,3 +44,17 @@ def build(folder, order="interleave", h=None, c=1, flags=(), arch="reordered_tra
     torch.manual_seed(seed)
     model = task.build_model(args).eval()
     return task, model, args
+
+
+# fairseq transformer layouts a lean pass (decoding/step.py, decoding/encoder.py) must reproduce
+LAYOUTS = {
+    "post-norm, sinusoidal": [],
+    "pre-norm": ["--decoder-normalize-before", "--encoder-normalize-before"],
+    "learned positions": ["--decoder-learned-pos", "--encoder-learned-pos"],
+}
+
+
+def plain_transformer(folder, flags, seed=0):
+    """fairseq's own transformer (arch ``transformer``, L2R) with ``flags``, in eval mode."""
+    _, model, _ = build(folder, "l2r", None, 1, flags=flags, arch="transformer", seed=seed)
+    return model.eval()

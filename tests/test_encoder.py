@@ -5,20 +5,10 @@ weight changed after the pass was built is seen at the next batch."""
 import pytest
 import torch
 
-from _reorder_utils import build
+from _reorder_utils import LAYOUTS, plain_transformer
 from fairseq_plugins.decoding.encoder import lean_encoder
 
-VARIANTS = {
-    "post-norm, sinusoidal": [],
-    "pre-norm": ["--decoder-normalize-before", "--encoder-normalize-before"],
-    "learned positions": ["--decoder-learned-pos", "--encoder-learned-pos"],
-    "layernorm embedding": ["--layernorm-embedding"],
-}
-
-
-def _model(tmp_path, flags, seed=0):
-    _, model, _ = build(tmp_path, "l2r", None, 1, flags=flags, arch="transformer", seed=seed)
-    return model.eval()
+VARIANTS = {**LAYOUTS, "layernorm embedding": ["--layernorm-embedding"]}
 
 
 def _sources(n=3, src_len=7, seed=1):
@@ -40,7 +30,7 @@ def _assert_same(got, ref, padded):
 @pytest.mark.parametrize("flags", list(VARIANTS.values()), ids=list(VARIANTS))
 @torch.no_grad()
 def test_lean_encoder_gives_fairseq_encoder_output(tmp_path, flags):
-    model = _model(tmp_path, flags)
+    model = plain_transformer(tmp_path, flags)
     lean = lean_encoder(model.encoder)
     assert lean is not None
     src = _sources()
@@ -52,7 +42,7 @@ def test_lean_encoder_gives_fairseq_encoder_output(tmp_path, flags):
 
 @torch.no_grad()
 def test_lean_encoder_sees_weights_changed_after_it_was_built(tmp_path):
-    model = _model(tmp_path, [])
+    model = plain_transformer(tmp_path, [])
     lean = lean_encoder(model.encoder)
     src = _sources()
     before = lean(src)["encoder_out"][0].clone()
@@ -66,7 +56,7 @@ def test_lean_encoder_sees_weights_changed_after_it_was_built(tmp_path):
 
 
 def test_an_encoder_that_is_not_fairseqs_runs_through_fairseq(tmp_path):
-    model = _model(tmp_path, [])
+    model = plain_transformer(tmp_path, [])
 
     class Custom(type(model.encoder)):
         def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):

@@ -5,20 +5,10 @@ ties the way fairseq's greedy search does (the engine's exact mode)."""
 import pytest
 import torch
 
-from _reorder_utils import build
+from _reorder_utils import LAYOUTS, build, plain_transformer
 from fairseq_plugins.decoding.step import DecoderStep
 
-VARIANTS = {
-    "post-norm, sinusoidal, separate": [],
-    "pre-norm": ["--decoder-normalize-before", "--encoder-normalize-before"],
-    "learned positions": ["--decoder-learned-pos", "--encoder-learned-pos"],
-    "shared embeddings": ["--share-decoder-input-output-embed"],
-}
-
-
-def _model(tmp_path, flags, seed=0):
-    _, model, _ = build(tmp_path, "l2r", None, 1, flags=flags, arch="transformer", seed=seed)
-    return model
+VARIANTS = {**LAYOUTS, "shared embeddings": ["--share-decoder-input-output-embed"]}
 
 
 def _inputs(n=3, src_len=7, tgt_len=11, seed=1):
@@ -34,7 +24,7 @@ def _inputs(n=3, src_len=7, tgt_len=11, seed=1):
 @pytest.mark.parametrize("flags", list(VARIANTS.values()), ids=list(VARIANTS))
 @torch.no_grad()
 def test_step_gives_fairseq_logits(tmp_path, flags):
-    model = _model(tmp_path, flags)
+    model = plain_transformer(tmp_path, flags)
     src, lengths, prev = _inputs()
     ref, _ = model(src, lengths, prev, features_only=False)
     enc = model.encoder(src, src_lengths=lengths)
@@ -69,7 +59,7 @@ def test_step_gives_fairseq_logits(tmp_path, flags):
 
 @torch.no_grad()
 def test_rows_leave_and_the_rest_continue(tmp_path):
-    model = _model(tmp_path, [])
+    model = plain_transformer(tmp_path, [])
     src, lengths, prev = _inputs(n=4)
     ref, _ = model(src, lengths, prev)
     step = DecoderStep(model.decoder)
@@ -86,7 +76,7 @@ def test_unsupported_decoders_are_refused(tmp_path):
     from fairseq_plugins.decoding.step import UnsupportedDecoderError
 
     with pytest.raises(UnsupportedDecoderError, match="cross-self-attention"):
-        DecoderStep(_model(tmp_path, ["--cross-self-attention"]).decoder)
+        DecoderStep(plain_transformer(tmp_path, ["--cross-self-attention"]).decoder)
 
 
 @torch.no_grad()
