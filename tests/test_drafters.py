@@ -121,13 +121,57 @@ def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_mat
     out2 = torch.full((1, 40), PAD)
     out2[0, :3] = torch.tensor([BOS, 11, 10])
     assert e._rematch(out2, torch.tensor([2])).tolist() == [e.lost]  # no anchor
-    e.q = 2
+    e = InputCopyDrafter(block_size=2, ngram=2)
+    e.begin(ctx([[10, 11, 10, 12, 13, EOS]]))
     assert e._rematch(out2, torch.tensor([2])).tolist() == [3]  # x = [BOS, 10, 11, 10, ...]: index 3
+
+
+def _anchor_by_search(x, output, q):
+    """Alg. 1 line 3 by a plain search: the source index after the unique occurrence of the output's
+    last n-gram, for the longest n <= q that occurs at all (None if that one is not unique)."""
+    for n in range(min(q, len(output)), 0, -1):
+        ends = [e for e in range(n, len(x) + 1) if x[e - n : e] == output[-n:]]
+        if ends:
+            return ends[0] if len(ends) == 1 else None  # x_1..x_e ends with it: the drafter's index e
+    return None
+
+
+@pytest.mark.parametrize("q", [1, 2, 3])
+def test_input_copy_reanchoring_matches_a_plain_search(q):
+    """Random left-padded sources over a few symbols (many repeats) and random outputs: the batched
+    re-anchoring finds the index a per-row search finds, or no anchor where the search finds none."""
+    g = torch.Generator().manual_seed(q)
+    for trial in range(150):
+        bsz, slen = 3, int(torch.randint(2, 9, (1,), generator=g))
+        src = torch.randint(10, 14, (bsz, slen), generator=g)
+        lengths = torch.randint(1, slen + 1, (bsz,), generator=g)
+        for b in range(bsz):  # fairseq's layout: left padding, EOS last
+            src[b, : slen - lengths[b]] = PAD
+            src[b, -1] = EOS
+        d = InputCopyDrafter(block_size=3, ngram=q)
+        d.begin(ctx(src.tolist()))
+        out = torch.full((bsz, 20), PAD)
+        out[:, 0] = BOS
+        n_gen = torch.randint(0, 6, (bsz,), generator=g)
+        out[:, 1:7] = torch.randint(10, 15, (bsz, 6), generator=g)
+        got = d._rematch(out, n_gen).tolist()
+        for b in range(bsz):
+            x = [t for t in src[b].tolist() if t != PAD]  # x_1 .. x_n (EOS included); x_0 = BOS never matches
+            found = _anchor_by_search(x, out[b, 1 : 1 + int(n_gen[b])].tolist(), q)
+            assert got[b] == (d.lost if found is None else found), (trial, b, x, out[b, : 1 + int(n_gen[b])].tolist())
 
 
 def test_input_copy_option_checks_and_dictionary_mapping():
     with pytest.raises(ValueError, match="--copy-ngram"):
         InputCopyDrafter(block_size=3, ngram=4)
+    from types import SimpleNamespace
+
+    class Huge:  # a target vocabulary too large for the re-anchoring's n-gram integers
+        def __len__(self):
+            return 1 << 20
+
+    with pytest.raises(ValueError, match="vocabularies of up to .* use --drafter jacobi_hgj"):
+        InputCopyDrafter.from_config(SimpleNamespace(), SimpleNamespace(target_dictionary=Huge()))
     from fairseq.data import Dictionary
 
     a, b = Dictionary(), Dictionary()

@@ -32,6 +32,10 @@ from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft
 _NO_MATCH = -1   # source-side value that never equals an output token (BOS slot)
 MAX_NGRAM = 3   # --copy-ngram's largest value
 _SENTINEL = -2   # source-side value of the trailing PAD sentinel / padding for matching
+# _rematch compares whole n-grams as one integer each: token t is the digit t + _DIGIT (the two
+# source-side values above become 1 and 0, which no output token gives) in base _BASE, so
+# MAX_NGRAM digits fit an int64 for any vocabulary below _BASE - _DIGIT
+_DIGIT, _BASE = 2, 1 << 20
 
 
 @DRAFTERS.register("input_copy", help="input-guided aggressive decoding, IAD (copies the source; --copy-ngram)")
@@ -48,6 +52,9 @@ class InputCopyDrafter(BlockDrafter):
 
     @classmethod
     def from_config(cls, cfg, task, models=()):
+        if len(task.target_dictionary) >= _BASE - _DIGIT:
+            raise ValueError(f"--drafter input_copy supports vocabularies of up to {_BASE - _DIGIT - 1:,} symbols "
+                             f"(this one has {len(task.target_dictionary):,}); use --drafter jacobi_hgj instead")
         return cls(block_size_of(cfg), cfg.copy_ngram, source_to_target_map(task.source_dictionary, task.target_dictionary))
 
     def begin(self, ctx):
@@ -79,8 +86,23 @@ class InputCopyDrafter(BlockDrafter):
         self.match = torch.cat([match, match.new_full((bsz, tail), _SENTINEL)], dim=1)
         self.anchor = torch.zeros(bsz, dtype=torch.long, device=src.device)  # o_0 = x_0 = BOS
         self.slots = torch.arange(1, self.block + 1, device=src.device)
-        self.back = torch.arange(MAX_NGRAM, device=src.device)  # _rematch: 0..q-1 tokens back
+        self.back = torch.arange(self.q, device=src.device)  # _rematch: 0..q-1 tokens back
+        self.powers = _BASE ** self.back
+        self.keys, self.rank = self._ngram_table(self.match.long())
         self.stale = False
+
+    def _ngram_table(self, match):
+        """Once per batch, for _rematch: ``keys[b, n-1, e]``, the n-gram of ``x`` ending at ``e`` as one
+        integer (its last token the lowest digit; positions before ``x_0`` the digit 0), and
+        ``rank[b, n-1, e]`` = 2n + (1 if that n-gram occurs once in the row)."""
+        digits = match + _DIGIT
+        keys = [digits]
+        for j in range(1, self.q):
+            keys.append(keys[-1] + F.pad(digits[:, :-j], (j, 0)) * _BASE ** j)
+        keys = torch.stack(keys, dim=1)                                             # (B, q, W)
+        once = torch.stack([(k.unsqueeze(2) == k.unsqueeze(1)).sum(2) == 1 for k in keys.unbind(1)], dim=1)
+        rank = 2 * (self.back + 1).view(1, -1, 1) + once.long()
+        return keys, rank
 
     def propose(self, out, n_gen, longest=None):
         if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
@@ -101,29 +123,24 @@ class InputCopyDrafter(BlockDrafter):
 
     def _rematch(self, out, n_gen):
         """Source index ``i`` of the unique occurrence of the output's last n-gram (n = q..1), else
-        ``self.lost``.  All n at once: ``eq[b, j, e]`` says the token ``q - 1 - j`` back from the
-        output's end equals ``x_e``; an n-gram ends at ``e`` where the n back-shifted rows all hold.
-        A longer n-gram's hit is a hit of every shorter one, so the longest n that hits anywhere is
-        the number of n that do, and its position counts only where it occurs exactly once."""
-        q = self.q
-        back = self.back[:q]                                                  # j tokens back
-        suffix = out.gather(1, (n_gen.unsqueeze(1) - back).clamp(min=0))    # (B, q): last token, the one before...
-        eq = self.match.unsqueeze(1) == suffix.unsqueeze(2)                   # (B, q, W)
-        hits = [eq[:, 0]]
-        for j in range(1, q):  # the n-gram (n = j + 1) ending at e also holds j tokens back, at e - j
-            hits.append(hits[-1] & F.pad(eq[:, j, :-j], (j, 0)))
-        hit = torch.stack(hits, dim=1) & (n_gen.unsqueeze(1) > back).unsqueeze(2)  # an n-gram needs n_gen >= n
-        count = hit.sum(dim=2)                                                # (B, q) occurrences of each n
-        longest = count.gt(0).sum(dim=1, keepdim=True)                        # (B, 1) the longest n that hits
-        pick = (longest - 1).clamp(min=0)
-        unique = count.gather(1, pick).eq(1)                                  # (no hit: count 0 there)
-        end = hit.long().argmax(dim=2).gather(1, pick)                        # its (first) end
-        return torch.where(unique, end, self.lost).squeeze(1)
+        ``self.lost``.  The output's last n tokens, n = 1..q, as one integer each are compared with
+        every source n-gram's (``_ngram_table``); a hit's rank is 2n, plus 1 if that n-gram occurs
+        once in the source, so the highest rank is the longest n that occurs at all, and it is odd
+        exactly when that n-gram is unique (a longer n-gram occurring twice makes every shorter one
+        ambiguous too: the search stops there)."""
+        suffix = out.gather(1, (n_gen.unsqueeze(1) - self.back).clamp(min=0))  # (B, q): last token, the one before...
+        key = ((suffix + _DIGIT) * self.powers).cumsum(dim=1)                  # (B, q): the last n tokens, n = 1..q
+        # an n-gram needs n_gen >= n (out[:, 0] is fairseq's start symbol, EOS, which the source holds too)
+        key = key.masked_fill(n_gen.unsqueeze(1) <= self.back, -1)
+        rank = torch.where(self.keys == key.unsqueeze(2), self.rank, 0)        # (B, q, W)
+        best, at = rank.flatten(1).max(dim=1)
+        return torch.where(best.remainder(2) == 1, at.remainder(self.keys.size(2)), self.lost)
 
     def select_rows(self, rows):
         self.x = self.x.index_select(0, rows)
         self.match = self.match.index_select(0, rows)
         self.anchor = self.anchor.index_select(0, rows)
+        self.keys, self.rank = self.keys.index_select(0, rows), self.rank.index_select(0, rows)
 
 
 def source_to_target_map(src_dict, tgt_dict):
