@@ -79,7 +79,7 @@ class VerifierEncoder(FairseqEncoder):
         self.decoder = decoder.eval() if decoder is not None else None
 
     def train(self, mode=True):
-        return super().train(False)  # the verifier's encoder output is what decoding will read: no dropout
+        return super().train(False)  # the verifier's outputs (encoder, hidden states) are what decoding reads: no dropout
 
     def forward(self, src_tokens, src_lengths=None, **unused):
         if self.encoder is None:

@@ -174,8 +174,12 @@ class ShallowDrafter(NARDrafter):
         if hidden is None:
             raise NARDrafterError("a drafter with --verifier-features needs the verifier's hidden states "
                                   "(StepResult.hidden): decode it through the draft-and-verify engine")
-        at = n_before.unsqueeze(1) + 1 + self._arange[: hidden.size(1)]  # < width: n_before <= max_len, m <= K + 1
-        self.states.scatter_(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)), hidden.to(self.states.dtype))
+        B, m, d = hidden.shape  # same dtype: the drafter follows the verifier
+        shift = self._arange[1 : m + 1]  # positions < width: n_before <= max_len, m <= K + 1
+        if B == 1:  # one row: its offset broadcasts, one 1-D index (fewer ops than the scatter's)
+            self.states.index_copy_(1, n_before + shift, hidden)
+        else:
+            self.states.scatter_(1, (n_before.unsqueeze(1) + shift).unsqueeze(2).expand(-1, -1, d), hidden)
 
     def draft(self, logits: Tensor, n_gen: Tensor) -> Draft:
         if self.ctx.final and logits.size(-1) < self.vocab:  # the drafter alone: fairseq's constraints read (.., V)
