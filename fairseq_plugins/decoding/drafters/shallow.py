@@ -27,7 +27,7 @@ A drafter trained with ``--verifier-features`` (``models.shallow_drafter``; EAGL
 adds ``W_f`` times the verifier's last hidden state at position ``j - 1`` to its input at prefix
 position ``j``.  They come from the verification calls the engine makes anyway (``observe``:
 ``StepResult.hidden``, every fed column's), written into a per-row buffer on the device at each
-row's own offset (one scatter, no host read); a call reads the states of its new tokens only, as
+row's own offset (one indexed write, no host read); a call reads the states of its new tokens only, as
 the tokens themselves.  A row reads positions up to its length; the states of rejected draft
 tokens land past it and the next call overwrites them before any is read.
 """
