@@ -11,7 +11,8 @@ Glancing, as GLAT §3 (training only):
 
 The ratio is annealed linearly from ``--glancing-ratio`` to ``--glancing-ratio-end`` over
 ``--glancing-anneal-updates`` updates (GLAT: 0.5 -> 0.3); ``--glancing-ratio 0`` turns glancing off.
-The encoder runs once per batch; both decoder passes read its output.
+The encoder runs once per batch; both decoder passes read its output (and, for a shallow drafter
+with ``--verifier-features``, the frozen verifier's hidden states over the prefix, also computed once).
 
 Logged: ``loss``/``nll_loss`` (base 2, per scored token) and, from the all-[MASK] pass (what
 decoding sees), the accuracy of each of the k slots (``acc1``..``accK``, %) and ``prefix``: the
@@ -88,18 +89,22 @@ class NARDrafterLoss(FairseqCriterion):
         k = target.size(1)
         prev = net["prev_output_tokens"]
         encoder_out = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+        extra = {}
+        if getattr(model, "reads_verifier_features", False):  # the shallow drafter's --verifier-features
+            # the frozen verifier's states over the prefix, once: both passes read them (glancing fills only mask slots)
+            extra["verifier_features"] = model.verifier_states(prev, encoder_out, k)
         ratio = self.current_ratio() if model.training else 0.0
         if ratio > 0:
             with torch.no_grad():
-                first = model.decoder(prev, encoder_out=encoder_out, block=k)[0]
+                first = model.decoder(prev, encoder_out=encoder_out, block=k, **extra)[0]
             pred = first.argmax(dim=-1)
             reveal = glancing_reveal(pred, target, self.padding_idx, ratio)
             glanced = prev.clone()
             glanced[:, -k:] = torch.where(reveal, target, prev[:, -k:])
-            logits = model.decoder(glanced, encoder_out=encoder_out, block=k)[0]
+            logits = model.decoder(glanced, encoder_out=encoder_out, block=k, **extra)[0]
             scored = target.masked_fill(reveal, self.padding_idx)  # revealed slots are inputs, not targets
         else:
-            logits = model.decoder(prev, encoder_out=encoder_out, block=k)[0]
+            logits = model.decoder(prev, encoder_out=encoder_out, block=k, **extra)[0]
             pred = logits.detach().argmax(dim=-1)
             scored = target
         lprobs = F.log_softmax(logits.float(), dim=-1)

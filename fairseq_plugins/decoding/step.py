@@ -173,11 +173,13 @@ class DecoderStep:
                     rows, pos.embedding_dim, pos.padding_idx)
                 self._table = source.to(device=weight.device, dtype=weight.dtype)
 
-    def embed(self, tokens: Tensor, slots: Tensor) -> Tensor:
+    def embed(self, tokens: Tensor, slots: Tensor, added: Optional[Tensor] = None) -> Tensor:
         dec = self.decoder
         x = dec.embed_scale * F.embedding(tokens, self._embed_w)
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
+        if added is not None:  # an input added to the token embeddings (as ``models.nar_drafter.drafter_input``)
+            x = x + added
         positions = self._positions(slots, x)
         if positions is not None:
             x = x + positions
@@ -212,7 +214,7 @@ class DecoderStep:
     # ---- one call ----
     def __call__(self, cache: Optional[KVCache], tokens: Tensor, slots: Tensor, causal: bool = True,
                  attn_mask: Optional[Tensor] = None, encoder: Optional[KVCache] = None,
-                 project: Optional[slice] = slice(None)):
+                 project: Optional[slice] = slice(None), added: Optional[Tensor] = None):
         """Logits and last hidden states of ``tokens`` ``(B, m)`` at logical ``slots`` (``(B, m)``,
         or ``(m,)`` when every row is at the same slots).
 
@@ -224,9 +226,10 @@ class DecoderStep:
         Without a cache (``cache=None``): the tokens attend only to each other under ``attn_mask``
         (a non-autoregressive drafter's bidirectional pass); ``encoder`` then holds the encoder
         keys/values (a cache from ``begin``).  ``project``: the positions whose logits are wanted
-        (all by default; None: no logits; the hidden states returned are always all of them)."""
+        (all by default; None: no logits; the hidden states returned are always all of them).
+        ``added`` ``(B, m, d)``: added to the token embeddings (the shallow GAD drafter's verifier features)."""
         B, m = tokens.shape
-        x = self.embed(tokens, slots)
+        x = self.embed(tokens, slots, added)
         enc_side = cache if cache is not None else encoder
         if cache is not None:
             past = cache.max_length

@@ -5,15 +5,17 @@
 * plain step: the engine's marginal cost per step (``--drafter none``): the time of decoding one
   sentence to ``--long`` steps minus to ``--short`` steps, over the difference (the encoder and the
   per-sentence setup cancel out);
-* drafter iteration: ``propose`` (``--fresh`` newly accepted tokens appended to its cache, k mask
-  slots, the first K projected onto the vocabulary, argmax), called as the engine calls it (with
-  its host-side longest prefix), averaged over ``--iterations`` calls that follow one sentence
+* drafter iteration: ``observe`` (the verifier's K + 1 columns; with ``--verifier-features`` their
+  hidden states stored) and ``propose`` (``--fresh`` newly accepted tokens appended to its cache, k
+  mask slots, the first K projected onto the vocabulary, argmax), called as the engine calls them
+  (with its host-side longest prefix), averaged over ``--iterations`` calls that follow one sentence
   (the per-batch ``begin`` is timed apart);
 * the three are timed interleaved, ``--pairs`` times, in alternating order; medians are reported,
   of the thread's CPU time (one thread: other jobs on a shared machine do not inflate it), or of
   wall-clock time with ``--wall``.
 
-    OMP_NUM_THREADS=1 python -m scripts.time_drafter_step --block 4 10 --layers 1 --draft-vocab 2000
+    OMP_NUM_THREADS=1 python -m scripts.time_drafter_step --block 4 10 --layers 1 --draft-vocab 2000 \
+        [--verifier-features]
 """
 import argparse
 import statistics
@@ -27,7 +29,7 @@ import torch
 CLOCK = time.thread_time
 
 
-def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None):
+def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False):
     from fairseq.data import Dictionary
     from fairseq.models.transformer import TransformerModel
 
@@ -44,9 +46,12 @@ def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None):
     transformer_fast_tiny(args)
     verifier = TransformerModel.build_model(args, Namespace(source_dictionary=d, target_dictionary=d)).eval()
     masked = with_mask(d)
-    cfg = ShallowDrafterConfig(decoder_layers=layers, draft_vocab=draft_vocab, decoder_ffn_embed_dim=ffn)
+    cfg = ShallowDrafterConfig(decoder_layers=layers, draft_vocab=draft_vocab, decoder_ffn_embed_dim=ffn,
+                               verifier_features=features)
     model = ShallowDrafterModel.build_model(cfg, Namespace(source_dictionary=masked, target_dictionary=masked))
     model.attach_verifier(verifier, initialise=True)
+    if features:  # a trained W_f (random here): the zero start would cost the same, but say nothing
+        torch.nn.init.normal_(model.decoder.verifier_feature_proj.weight, std=model.decoder.embed_dim ** -0.5)
     drafter = ShallowDrafter(model.eval(), width or k, k, len(d), d.pad(), verifier=verifier)
     return d, verifier, drafter
 
@@ -60,7 +65,7 @@ def time_plain(generator, verifier, sample, max_len_b):
 
 
 def time_drafter(drafter, verifier, sample, d, iterations, fresh, max_len):
-    from fairseq_plugins.decoding.drafters import DraftContext
+    from fairseq_plugins.decoding.drafters import DraftContext, StepResult
 
     net = sample["net_input"]
     t0 = CLOCK()
@@ -71,8 +76,16 @@ def time_drafter(drafter, verifier, sample, d, iterations, fresh, max_len):
     t2 = CLOCK()
     out = torch.randint(4, len(d), (1, max_len + 20))
     n_gen = [torch.tensor([i * fresh]) for i in range(iterations)]  # the engine's: already on hand
+    cols = drafter.block + 1  # what the verifier reports: its columns (and their hidden states)
+    top = torch.zeros(1, cols, dtype=torch.long)
+    dim = drafter.model.decoder.embed_dim
+    steps = [StepResult(draft=top[:, 1:], top=top, top_lprob=top.float(), accepted=torch.tensor([fresh - 1]),
+                        count=torch.tensor([fresh]), n_before=n - fresh, out=out, hidden=torch.randn(1, cols, dim))
+             for n in n_gen]
     t3 = CLOCK()
     for i in range(iterations):
+        if i:
+            drafter.observe(steps[i])
         drafter.propose(out, n_gen[i], longest=i * fresh)  # the engine passes its host-side longest prefix
     t4 = CLOCK()
     return (t4 - t3) / iterations, t2 - t1, t1 - t0
@@ -91,6 +104,8 @@ def main():
     p.add_argument("--short", type=int, default=20)
     p.add_argument("--iterations", type=int, default=25)
     p.add_argument("--fresh", type=int, default=2, help="tokens accepted per iteration (mean accepted)")
+    p.add_argument("--verifier-features", action="store_true",
+                   help="a drafter reading the verifier's hidden states (docs/METHODS.md §3)")
     p.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
     a = p.parse_args()
     if a.wall:
@@ -103,7 +118,7 @@ def main():
     from fairseq_plugins.decoding.engine import DraftVerifyGenerator
 
     for k in a.block:
-        d, verifier, drafter = build(a.vocab, a.layers, k, a.draft_vocab, a.ffn, a.width)
+        d, verifier, drafter = build(a.vocab, a.layers, k, a.draft_vocab, a.ffn, a.width, a.verifier_features)
         src = torch.randint(4, a.vocab, (1, 15))
         src[0, -1] = d.eos()
         sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([15])}}
@@ -122,7 +137,8 @@ def main():
         s, dr = statistics.median(step), statistics.median(draft)
         ratios = sorted(x / y for x, y in zip(draft, step))
         q = len(ratios) // 4
-        print(f"k={k} K={a.width or k} layers={a.layers} ffn={a.ffn} V={a.vocab} draft vocab {a.draft_vocab or 'all'} fresh={a.fresh}: "
+        print(f"k={k} K={a.width or k} layers={a.layers} ffn={a.ffn} V={a.vocab} draft vocab {a.draft_vocab or 'all'} fresh={a.fresh}"
+              f"{' verifier features' if a.verifier_features else ''}: "
               f"plain engine step {s * 1e3:.3f} ms, drafter iteration {dr * 1e3:.3f} ms = {dr / s:.2f} of a step "
               f"(per-pair ratios: median {statistics.median(ratios):.2f}, quartiles {ratios[q]:.2f}-{ratios[-q - 1]:.2f}); "
               f"drafter begin (per batch) {statistics.median(begin) * 1e3:.3f} ms")

@@ -15,9 +15,10 @@ from fairseq.models.transformer import TransformerDecoder, TransformerModel, bas
 from fairseq.models.transformer.transformer_legacy import transformer_vaswani_wmt_en_de_big
 
 
-def drafter_input(decoder, tokens, encoder_out):
+def drafter_input(decoder, tokens, encoder_out, added=None):
     """A drafter decoder's input: the encoder states and padding mask, and the embedded tokens
-    (token, position counted from the first non-pad token, layer norm, dropout) as ``(T, B, C)``."""
+    (token, position counted from the first non-pad token, layer norm, dropout) as ``(T, B, C)``;
+    ``added`` ``(B, T, C)``: an input added to the token embeddings (the shallow drafter's verifier features)."""
     enc = encoder_out["encoder_out"][0] if encoder_out and len(encoder_out["encoder_out"]) else None
     enc_pad = (encoder_out["encoder_padding_mask"][0]
                if encoder_out and len(encoder_out["encoder_padding_mask"]) else None)
@@ -26,6 +27,8 @@ def drafter_input(decoder, tokens, encoder_out):
         x = decoder.quant_noise(x)
     if decoder.project_in_dim is not None:
         x = decoder.project_in_dim(x)
+    if added is not None:
+        x = x + added
     if decoder.embed_positions is not None:
         x = x + decoder.embed_positions(tokens)  # counted from the first non-pad token (left padding)
     if decoder.layernorm_embedding is not None:

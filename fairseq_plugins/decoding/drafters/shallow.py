@@ -22,6 +22,14 @@ outputs are read, the last layer computes the new tokens' keys/values and nothin
 Rows are laid out ``[new tokens, MASK x k, PAD ...]`` (each row's slots contiguous after its cached
 length, so the cache's per-row writes keep them in order); the PAD columns are never attended to.
 This equals the training forward over ``[BOS, prefix, MASK x k]`` (tests/test_shallow_drafter.py).
+
+A drafter trained with ``--verifier-features`` (``models.shallow_drafter``; EAGLE, Li et al. 2024)
+adds ``W_f`` times the verifier's last hidden state at position ``j - 1`` to its input at prefix
+position ``j``.  They come from the verification calls the engine makes anyway (``observe``:
+``StepResult.hidden``, every fed column's), written into a per-row buffer on the device at each
+row's own offset (one indexed write, no host read); a call reads the states of its new tokens only, as
+the tokens themselves.  A row reads positions up to its length; the states of rejected draft
+tokens land past it and the next call overwrites them before any is read.
 """
 import math
 from typing import Optional
@@ -46,12 +54,13 @@ class MaskSlotStep(DecoderStep):
     sees the whole prefix and every slot).  Earlier layers (``--decoder-layers 2``) compute every
     column, the new tokens causally."""
 
-    def mask_slots(self, cache: KVCache, tokens: Tensor, slots: Tensor, fresh: int, causal: Tensor) -> Tensor:
+    def mask_slots(self, cache: KVCache, tokens: Tensor, slots: Tensor, fresh: int, causal: Tensor,
+                   added: Optional[Tensor] = None) -> Tensor:
         """Hidden states ``(1, k, d)`` of the k mask slots at the end of ``tokens`` ``(1, fresh + k)``
         (at ``slots``); the new tokens' keys/values are written at the cache's length (``causal``:
-        the earlier layers' mask over the cache and the call's columns)."""
+        the earlier layers' mask over the cache and the call's columns; ``added``: the verifier features' input)."""
         B, m = tokens.shape
-        x = self.embed(tokens, slots)
+        x = self.embed(tokens, slots, added)
         cache.ensure_capacity(cache.max_length + m)
         e = 0
         for i, lw in enumerate(self.layers[:-1]):
@@ -85,22 +94,34 @@ class MaskSlotStep(DecoderStep):
 
 class ShallowDrafter(NARDrafter):
     def __init__(self, model, block_size: int, trained_block: int, vocab_size: int, pad: int, verifier=None):
-        if verifier is None or not fingerprint_matches(model.verifier_fingerprint, verifier.encoder):
+        if verifier is None or not all(fingerprint_matches(getattr(model, name), getattr(verifier, part))
+                                       for name, part in model.fingerprints()):
             raise NARDrafterError(
                 "--drafter-path is a shallow drafter trained against another verifier (the fingerprint of the "
-                "verifier's encoder weights it read at training differs from --path's): decode with the verifier "
-                "it was trained with (its --verifier-path), or train one against this verifier with fairseq-train "
-                "--task nar_drafter --arch shallow_drafter_tiny --verifier-path VERIFIER.pt")
+                "verifier's encoder weights it read at training, and with --verifier-features its decoder's, differs "
+                "from --path's): decode with the verifier it was trained with (its --verifier-path), or train one "
+                "against this verifier with fairseq-train --task nar_drafter --arch shallow_drafter_tiny "
+                "--verifier-path VERIFIER.pt")
         super().__init__(model, block_size, trained_block, vocab_size, pad, verifier=verifier)
         self.step = MaskSlotStep(model.decoder)
         self.cache = None
         self._arange, self._mask_row, self._masks, self._dtype = None, None, {}, None
         decoder = model.decoder
         self.projection = VocabProjection(decoder, rows_of=lambda: getattr(decoder, "draft_vocab", 0))
+        self.feature_proj = decoder.verifier_feature_proj  # W_f (--verifier-features), else None
+        self.states = None  # (B, width + 1, d) with W_f: row b's verifier state at position j - 1, read at j
 
     def begin(self, ctx):
         super(NARDrafter, self).begin(ctx)
         self._follow_verifier(ctx.src_tokens)
+        if self.feature_proj is not None:
+            if ctx.final:
+                raise NARDrafterError(
+                    "--drafter-path was trained with --verifier-features: it reads the verifier's hidden states, which "
+                    "the drafter alone (--acceptance all) does not compute; decode with a rule that calls the verifier "
+                    "(--acceptance exact), or use a drafter trained without --verifier-features")
+            w = self.feature_proj.weight  # column 0 (BOS) reads no state: it stays zero
+            self.states = w.new_zeros(ctx.src_tokens.size(0), ctx.width + 1, w.size(1))
         encoder_out = ctx.encoder_out
         if encoder_out is None:  # the drafter alone (--acceptance all): no verifier call computed it
             net_input = {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths}
@@ -142,6 +163,23 @@ class ShallowDrafter(NARDrafter):
         """Each row gains at most one token per column of the verifier's it used (``count <= accepted
         + 1 <= top.size(1)``): a host bound of the next call's new tokens, without reading them."""
         self.uncached += step.top.size(1)
+        if self.states is not None:
+            self.store_states(step.hidden, step.n_before)
+
+    def store_states(self, hidden: Tensor, n_before: Tensor):
+        """The verifier's last hidden states ``(B, m, d)`` at the ``m`` columns it was fed, column ``c``
+        of row ``b`` at position ``n_before[b] + c``, written where position ``n_before[b] + c + 1``
+        reads it (no host read).  The accepted tokens' come first; the rest (rejected draft tokens)
+        lie past the row's new length, where the next call writes before anything is read."""
+        if hidden is None:
+            raise NARDrafterError("a drafter with --verifier-features needs the verifier's hidden states "
+                                  "(StepResult.hidden): decode it through the draft-and-verify engine")
+        B, m, d = hidden.shape  # same dtype: the drafter follows the verifier
+        shift = self._arange[1 : m + 1]  # positions < width: n_before <= max_len, m <= K + 1
+        if B == 1:  # one row: its offset broadcasts, one 1-D index (fewer ops than the scatter's)
+            self.states.index_copy_(1, n_before + shift, hidden)
+        else:
+            self.states.scatter_(1, (n_before.unsqueeze(1) + shift).unsqueeze(2).expand(-1, -1, d), hidden)
 
     def draft(self, logits: Tensor, n_gen: Tensor) -> Draft:
         if self.ctx.final and logits.size(-1) < self.vocab:  # the drafter alone: fairseq's constraints read (.., V)
@@ -160,17 +198,29 @@ class ShallowDrafter(NARDrafter):
             f = longest + 1 - c
             tokens = torch.cat([out[:, c : c + f], self._mask_row], dim=1)
             causal = self._mask(c, f) if len(self.step.layers) > 1 else None
-            hidden = self.step.mask_slots(cache, tokens, self._arange[c : c + f + self.k], f, causal)[:, : self.block]
+            added = None if self.states is None else self.feature_input(self.states[:, c : c + f])
+            hidden = self.step.mask_slots(cache, tokens, self._arange[c : c + f + self.k], f, causal, added)
+            hidden = hidden[:, : self.block]
             cache.advance(f)  # the new tokens stay in the cache (the masks' entries are overwritten next time)
         else:
             bound = int((n_gen + 1 - cache.lengths).max()) if fresh is None else min(fresh, longest + 1)
             tokens, slots, attn_mask, first = self.block_input(out, n_gen, bound)
-            _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None)
+            added = None
+            if self.states is not None:  # the new tokens' states (a new token's slot is its position), none at the masks
+                new = self._arange[: tokens.size(1)].unsqueeze(0) < first.unsqueeze(1)
+                states = self.states.gather(1, slots.unsqueeze(2).expand(-1, -1, self.states.size(2)))
+                added = F.linear(states.masked_fill(~new.unsqueeze(2), 0), self.feature_proj.weight)
+            _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None, added=added)
             at = first.unsqueeze(1) + self._arange[: self.block]  # the draft's mask slots, per row
             hidden = hidden.gather(1, at.unsqueeze(2).expand(-1, -1, hidden.size(2)))
             # every row now caches its whole prefix: one row left is aligned, its length known
             cache.commit(first, longest + 1, out.size(0) == 1)
         return self.projection(hidden)
+
+    def feature_input(self, states: Tensor) -> Tensor:
+        """One row's call: ``W_f`` times its new tokens' states ``(1, f, d)``, zeros at the k mask slots
+        (GAD's [MASK] inputs unchanged: they read the states through attention to the prefix)."""
+        return F.pad(F.linear(states, self.feature_proj.weight), (0, 0, 0, self.k))
 
     def block_input(self, out: Tensor, n_gen: Tensor, fresh: int):
         """Rows of different cache lengths: ``(tokens, slots, attn_mask, first)``: per row its tokens
@@ -210,5 +260,7 @@ class ShallowDrafter(NARDrafter):
         # aligned again by its next call, which caches its whole prefix: no read of its length)
         if self.cache is None:  # no proposal yet: the rows to keep when the cache is made
             self._kept = rows if self._kept is None else self._kept.index_select(0, rows)
-            return
-        self.cache.select_rows(rows, aligned=False)
+        else:
+            self.cache.select_rows(rows, aligned=False)
+        if self.states is not None:
+            self.states = self.states.index_select(0, rows)
