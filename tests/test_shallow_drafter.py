@@ -173,6 +173,19 @@ def test_rows_that_leave_before_the_first_proposal_leave_the_lazily_made_cache_t
             assert torch.allclose(plain[:, :BLOCK], lean, atol=1e-5), (plain[:, :BLOCK] - lean).abs().max()
 
 
+def _of_depth(models, task, path, layers):
+    """The trained drafter at ``path`` (2 layers), or cut to its first layer (the demo config's depth)."""
+    from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter
+
+    d = shallow(models, task, path, block_size=BLOCK).drafter
+    if layers == 1:
+        model = copy.deepcopy(d.model)
+        model.decoder.layers = model.decoder.layers[:1]
+        d = ShallowDrafter(model, BLOCK, d.k, d.vocab, PAD, verifier=models[0])
+    assert len(d.step.layers) == layers
+    return d
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_one_row_pass_computes_the_mask_slots_alone_and_gives_the_training_forward(setup, shallow_drafter, layers):
     """At batch 1 the last layer carries on with the k mask slots alone (the new tokens give it only
@@ -180,15 +193,9 @@ def test_one_row_pass_computes_the_mask_slots_alone_and_gives_the_training_forwa
     one-pass training forward (1e-5), and each token is cached once.  ``layers=1``: the trained
     drafter cut to its first layer (the demo config's depth)."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
-    from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter
 
     models, task, batches, _ = setup
-    d = shallow(models, task, shallow_drafter, block_size=BLOCK).drafter
-    if layers == 1:
-        model = copy.deepcopy(d.model)
-        model.decoder.layers = model.decoder.layers[:1]
-        d = ShallowDrafter(model, BLOCK, d.k, d.vocab, PAD, verifier=models[0])
-    assert len(d.step.layers) == layers
+    d = _of_depth(models, task, shallow_drafter, layers)
     net = batches[1][0]["net_input"]
     out = _begun(d, models, net, 1, 40, seed=2)
     with torch.no_grad():
@@ -371,16 +378,9 @@ def test_one_row_with_observed_states_gives_the_training_forward(setup, feature_
     """Batch 1 (the mask slots alone in the last layer): calls of 1-5 new tokens, the verifier having
     rejected part of its columns each time; logits equal the training forward's (1e-5)."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
-    from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter
 
     models, task, batches, _ = setup
-    d = shallow(models, task, feature_drafter, block_size=BLOCK).drafter
-    if layers == 1:
-        model = copy.deepcopy(d.model)
-        model.decoder.layers = model.decoder.layers[:1]
-        d = ShallowDrafter(model, BLOCK, d.k, d.vocab, PAD, verifier=models[0])
-    d = _loud(d)
-    assert len(d.step.layers) == layers
+    d = _loud(_of_depth(models, task, feature_drafter, layers))
     net = batches[1][0]["net_input"]
     out = _begun(d, models, net, 1, 40, seed=2)
     states = torch.randn(1, 40, 64, generator=torch.Generator().manual_seed(6))
