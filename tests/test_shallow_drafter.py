@@ -29,6 +29,7 @@ SHALLOW_ARGS = [
     "--log-interval", "50", "--block-size", str(BLOCK), "--draft-vocab", str(DRAFT_VOCAB), "--max-tokens", "4096", "--max-update", "100",
 ]
 FEATURE_ARGS = SHALLOW_ARGS + ["--verifier-features"]
+EAGLE_ARGS = FEATURE_ARGS + ["--no-encoder-attention"]  # the source reaches it through the verifier's states alone
 
 
 def _code_key():
@@ -59,7 +60,13 @@ def feature_drafter(tiny_corpus, tiny_model):
     return _trained(tiny_corpus, tiny_model, "shallow-drafter-features", FEATURE_ARGS)
 
 
-DRAFTERS = ["shallow_drafter", "feature_drafter"]
+@pytest.fixture(scope="session")
+def eagle_drafter(tiny_corpus, tiny_model):
+    return _trained(tiny_corpus, tiny_model, "shallow-drafter-eagle", EAGLE_ARGS)
+
+
+DRAFTERS = ["shallow_drafter", "feature_drafter", "eagle_drafter"]
+FEATURE_DRAFTERS = ["feature_drafter", "eagle_drafter"]
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +105,20 @@ def test_feature_training_learns_w_f_and_records_the_verifiers_decoder(setup, fe
     checkpoint = torch.load(feature_drafter, map_location="cpu", weights_only=False)
     assert checkpoint["optimizer_history"][-1]["num_updates"] == 100
     assert checkpoint["cfg"]["model"]["verifier_features"]
+
+
+def test_eagle_drafter_has_no_encoder_attention_and_the_options_say_why_it_needs_the_states(
+        tiny_corpus, tiny_model, eagle_drafter):
+    """``--no-encoder-attention`` (with ``--verifier-features``): the trained checkpoint's layers have
+    no encoder attention (the lossless and training-forward tests above decode it); without the
+    verifier's states the drafter would never see the source, so the option alone is refused."""
+    from fairseq_plugins.models.shallow_drafter import ShallowDrafterError
+
+    state = torch.load(eagle_drafter, map_location="cpu", weights_only=False)["model"]
+    assert not [k for k in state if "encoder_attn" in k] and "decoder.verifier_feature_proj.weight" in state
+    assert [k for k in torch.load(tiny_model, map_location="cpu", weights_only=False)["model"] if "encoder_attn" in k]
+    with pytest.raises(ShallowDrafterError, match="--no-encoder-attention .*add --verifier-features"):
+        _build_with_task(tiny_corpus, ["--verifier-path", str(tiny_model), "--no-encoder-attention"])
 
 
 def test_decoding_pass_with_its_cache_gives_the_training_forward(setup, shallow_drafter):
@@ -342,14 +363,15 @@ def _observe(drafter, states, n_before, counts, width, seed):
                                n_before=n_before, out=None, hidden=fed))
 
 
-def test_observed_states_give_the_training_forward_through_rejections_and_leaving_rows(setup, feature_drafter):
+@pytest.mark.parametrize("drafter", FEATURE_DRAFTERS)
+def test_observed_states_give_the_training_forward_through_rejections_and_leaving_rows(setup, request, drafter):
     """Verification calls of mixed widths, each row accepting a different number of columns and
     rejecting the rest, rows leaving twice: the incremental decode's logits equal the training
     forward's given the states one position back (1e-5)."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
 
     models, task, batches, _ = setup
-    d = _loud(shallow(models, task, feature_drafter, block_size=BLOCK).drafter)
+    d = _loud(shallow(models, task, request.getfixturevalue(drafter), block_size=BLOCK).drafter)
     net = batches[8][0]["net_input"]
     out = _begun(d, models, net, 8, 60, seed=4)
     states = torch.randn(8, 60, 64, generator=torch.Generator().manual_seed(5))  # the verifier's, per position
@@ -374,13 +396,14 @@ def test_observed_states_give_the_training_forward_through_rejections_and_leavin
 
 
 @pytest.mark.parametrize("layers", [1, 2])
-def test_one_row_with_observed_states_gives_the_training_forward(setup, feature_drafter, layers):
+@pytest.mark.parametrize("drafter", FEATURE_DRAFTERS)
+def test_one_row_with_observed_states_gives_the_training_forward(setup, request, drafter, layers):
     """Batch 1 (the mask slots alone in the last layer): calls of 1-5 new tokens, the verifier having
     rejected part of its columns each time; logits equal the training forward's (1e-5)."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
 
     models, task, batches, _ = setup
-    d = _loud(_of_depth(models, task, feature_drafter, layers))
+    d = _loud(_of_depth(models, task, request.getfixturevalue(drafter), layers))
     net = batches[1][0]["net_input"]
     out = _begun(d, models, net, 1, 40, seed=2)
     states = torch.randn(1, 40, 64, generator=torch.Generator().manual_seed(6))

@@ -15,7 +15,7 @@
   wall-clock time with ``--wall``.
 
     OMP_NUM_THREADS=1 python -m scripts.time_drafter_step --block 4 10 --layers 1 --draft-vocab 2000 \
-        [--verifier-features]
+        [--verifier-features [--no-encoder-attention]]
 """
 import argparse
 import statistics
@@ -29,7 +29,7 @@ import torch
 CLOCK = time.thread_time
 
 
-def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False):
+def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False, encoder_attention=True):
     from fairseq.data import Dictionary
     from fairseq.models.transformer import TransformerModel
 
@@ -47,7 +47,7 @@ def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False):
     verifier = TransformerModel.build_model(args, Namespace(source_dictionary=d, target_dictionary=d)).eval()
     masked = with_mask(d)
     cfg = ShallowDrafterConfig(decoder_layers=layers, draft_vocab=draft_vocab, decoder_ffn_embed_dim=ffn,
-                               verifier_features=features)
+                               verifier_features=features, no_encoder_attention=not encoder_attention)
     model = ShallowDrafterModel.build_model(cfg, Namespace(source_dictionary=masked, target_dictionary=masked))
     model.attach_verifier(verifier, initialise=True)
     if features:  # a trained W_f (random here): the zero start would cost the same, but say nothing
@@ -106,6 +106,8 @@ def main():
     p.add_argument("--fresh", type=int, default=2, help="tokens accepted per iteration (mean accepted)")
     p.add_argument("--verifier-features", action="store_true",
                    help="a drafter reading the verifier's hidden states (docs/METHODS.md §3)")
+    p.add_argument("--no-encoder-attention", action="store_true",
+                   help="a drafter without encoder attention (with --verifier-features: EAGLE's layer)")
     p.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
     a = p.parse_args()
     if a.wall:
@@ -118,7 +120,8 @@ def main():
     from fairseq_plugins.decoding.engine import DraftVerifyGenerator
 
     for k in a.block:
-        d, verifier, drafter = build(a.vocab, a.layers, k, a.draft_vocab, a.ffn, a.width, a.verifier_features)
+        d, verifier, drafter = build(a.vocab, a.layers, k, a.draft_vocab, a.ffn, a.width, a.verifier_features,
+                                     not a.no_encoder_attention)
         src = torch.randint(4, a.vocab, (1, 15))
         src[0, -1] = d.eos()
         sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([15])}}
@@ -138,7 +141,8 @@ def main():
         ratios = sorted(x / y for x, y in zip(draft, step))
         q = len(ratios) // 4
         print(f"k={k} K={a.width or k} layers={a.layers} ffn={a.ffn} V={a.vocab} draft vocab {a.draft_vocab or 'all'} fresh={a.fresh}"
-              f"{' verifier features' if a.verifier_features else ''}: "
+              f"{' verifier features' if a.verifier_features else ''}"
+              f"{' no encoder attention' if a.no_encoder_attention else ''}: "
               f"plain engine step {s * 1e3:.3f} ms, drafter iteration {dr * 1e3:.3f} ms = {dr / s:.2f} of a step "
               f"(per-pair ratios: median {statistics.median(ratios):.2f}, quartiles {ratios[q]:.2f}-{ratios[-q - 1]:.2f}); "
               f"drafter begin (per batch) {statistics.median(begin) * 1e3:.3f} ms")
