@@ -288,6 +288,24 @@ def checkpoint_of(row, checkpoints):
     return path
 
 
+class CheckpointStamps:
+    """Each checkpoint's size and modification time when a row first read it.  Rows compared with
+    each other (lossless against greedy, timed interleaved) must decode the same weights, and a
+    training that is still running rewrites its checkpoint_best.pt between two rows' loads."""
+
+    def __init__(self):
+        self.seen = {}
+
+    def check(self, path):
+        stat = Path(path).stat()
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        if self.seen.setdefault(str(path), stamp) != stamp:
+            raise BenchmarkError(
+                f"checkpoint {path} changed while the benchmark ran (a training still saving it?): the rows "
+                "would compare different weights; benchmark a copy (cp the checkpoints to another folder and "
+                "point --checkpoints or the row's 'path' there), or wait until the training ends")
+
+
 def row_args(row, checkpoints, data):
     """The row's fairseq-generate arguments with ``{CKPT}`` -> the checkpoints root and ``{DATA}`` ->
     the data root (the folder holding the corpus folders), e.g. ``--drafter-path {CKPT}/gad_drafter/...``."""
@@ -373,12 +391,15 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
     corpora, greedy_tokens, quality = {}, {}, {}
     references = {}  # (corpus folder, batch size, beam) -> (runner, result) of a baseline row, kept loaded
     engines = {}  # (corpus folder, batch size, checkpoint) -> runner of the engine's greedy, kept loaded
+    stamps = CheckpointStamps()
     results = [None] * len(plan)
     for n, slot in enumerate(schedule, 1):
         row, beam, bs = plan[slot]
         folder = _corpus_folder(row, data)
         corpus = corpora.get(folder) or corpora.setdefault(folder, Corpus(folder))
         ckpt = checkpoint_of(row, checkpoints)
+        for path in [ckpt] + [p for p in _extra_checkpoints(row_args(row, checkpoints, data)) if p.exists()]:
+            stamps.check(path)
         backend = row.get("backend", "fairseq")
         baseline = bool(row.get("baseline"))
         log(f"[bench {n}/{len(plan)}] {row['method']} | beam {beam} | batch {bs}", flush=True)

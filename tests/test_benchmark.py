@@ -158,6 +158,28 @@ def test_a_drafter_on_another_checkpoint_is_timed_beside_its_greedy_models_engin
     assert by["heads"]["identical_to_greedy"] == 1.0
 
 
+def test_a_checkpoint_rewritten_between_two_rows_is_a_clear_error(tiny_corpus, tmp_path, monkeypatch):
+    """A training still running saves checkpoint_best.pt between the greedy row's load and the next
+    row's: the lossless comparison and the interleaved timing would compare different weights."""
+    clock, log = FakeClock(), []
+    ckpt = tmp_path / "ckpt" / "base" / "checkpoint_best.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("weights at 2,000 updates")
+
+    def load(row, *rest):
+        if row["method"] == "fairseq greedy":  # the training saves a better checkpoint meanwhile
+            ckpt.write_text("weights at 12,500 updates")
+        return StubRunner(row["method"], 0.1, clock, log)
+
+    monkeypatch.setattr(benchmark, "_load_runner", load)
+    rows = [{"method": "fairseq greedy", "model": "base", "baseline": True},
+            {"method": "engine greedy", "model": "base", "args": "--drafter none", "lossless": True}]
+    with pytest.raises(benchmark.BenchmarkError, match="changed while the benchmark ran.*benchmark a copy"):
+        benchmark.run_benchmark(rows, tiny_corpus, tmp_path / "ckpt", tmp_path / "out", batch_sizes=[8],
+                                runs=1, clock=clock, **quiet)
+    assert log  # the first row ran: the check is at each row's load, not a refusal up front
+
+
 def test_rows_are_timed_against_loaded_baselines_with_known_ratios(stub_bench):
     results, loads, out = stub_bench
     # baselines first (greedy before beams), each loaded once; results keep the rows' order
