@@ -37,6 +37,30 @@ def test_the_fastest_per_token_is_kept_and_plain_greedy_unless_clearly_beaten():
         DrafterChoice(["input_copy"])
 
 
+def test_a_candidate_much_slower_than_plain_greedy_leaves_the_trial_early():
+    """Racing: once it has half the trial's tokens, a candidate over DROP slower per token than
+    ``none`` decodes no more trial batches (each is paid for); one merely slower stays to the end, and
+    a new trial on longer sentences lets the dropped one try again."""
+    from fairseq_plugins.decoding.drafters.auto import DROP
+
+    choice = DrafterChoice(["none", "input_copy", "jacobi_hgj"], trial_batches=3, trial_tokens=200, warmup_batches=0)
+    cost = {"none": 1.0, "input_copy": 1.1, "jacobi_hgj": 1.0 + 2 * DROP}  # seconds per 100 tokens
+    turns = []
+    for _ in range(3):  # 100 tokens a batch: half the trial's tokens after one batch
+        name = choice.next(4)
+        turns.append(name)
+        choice.record(name, cost[name], 100)
+    assert choice.racing == ["none", "input_copy"] and choice.dropped == {"jacobi_hgj": pytest.approx(1 + 2 * DROP)}
+    while choice.chosen is None:
+        name = choice.next(4)
+        turns.append(name)
+        choice.record(name, cost[name], 100)
+    assert turns == ["none", "input_copy", "jacobi_hgj"] + ["none", "input_copy"] * 2
+    assert choice.chosen == "none" and "jacobi_hgj left the trial at 1.50x" in choice.summary()
+    assert choice.next(8) == "none" and choice.chosen is None  # twice as long: a new trial, all three again
+    assert choice.racing == ["none", "input_copy", "jacobi_hgj"] and not choice.dropped
+
+
 def test_auto_is_fairseq_greedy_token_for_token_and_says_what_it_chose(tiny_corpus, tiny_model):
     models, task = load(tiny_corpus, tiny_model)
     batches = mixed_batches(task, 4)
