@@ -4,7 +4,8 @@
 #   bash scripts/convergence_run.sh RUNS [STAGE2_MAX_UPDATE]
 # 1. the en-de and typo-correction corpora (skipped when built);
 # 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
-#    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points; no reference);
+#    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
+#    at which it first was (no reference: its own curve, since two flat points can be a pause);
 # 3. the baseline's distilled corpus (beam 5; resumable by shards, skipped when distill.json exists);
 # 4. stage 2, distilled corpus: every order, the L2R control, blockwise heads and the GAD drafters
 #    (configs/reference/convergence_kd.txt), each order stopped at the rule (>= 5 points, the
@@ -25,7 +26,7 @@ data=$runs/data ref=$runs/ref
 [ -f "$data/typo-en/bin/dict.typo.txt" ] || $py -m scripts.build_typo_corpus --out "$data/typo-en"
 
 $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-    --max-update 12000 --interval 500 --parallel 2 --min-points 4 --flatten-reference none
+    --max-update 12000 --interval 500 --parallel 2 --min-points 4 --flatten-reference self
 
 [ -f "$data/en-de-distilled/distill.json" ] || $py -m scripts.distill --data "$data/en-de" \
     --path "$ref/checkpoints/baseline/checkpoint_best.pt" --out "$data/en-de-distilled" --beam 5 --batch-size 64

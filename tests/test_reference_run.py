@@ -231,3 +231,32 @@ def test_job_stop_ends_the_whole_group(tmp_path):
     time.sleep(0.3)
     assert group_alive(job.group, wait=0)
     assert job.stop(grace=5) == -signal.SIGTERM and not group_alive(job.group)
+
+
+def test_a_model_without_a_reference_converges_at_three_times_where_its_own_curve_first_flattened(tmp_path):
+    """``--flatten-reference self`` (stage 1): two flat points can be a pause (the typo verifier: 68.93,
+    68.87 at 2,500 and 3,000 updates, then 77 at 10,000).  A record made under another rule (no floor)
+    is judged again, not trusted; the model converges once flat at 3x where it first flattened."""
+    out = tmp_path / "out"
+    (out / "typo").mkdir(parents=True)
+    bleus = {500: 35.0, 1000: 56.2, 1500: 62.2, 2000: 67.3, 2500: 68.93, 3000: 68.87}
+    curve = {"name": "typo", "points": [{"updates": u, "valid_loss": None, "bleu": b, "bp": 1.0} for u, b in bleus.items()],
+             "converged": {"updates": 3000, "min_points": 4, "tolerance": 0.3, "min_updates": 0, "reference": None}}
+    (out / "typo" / "curve.json").write_text(json.dumps(curve))
+    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=True,
+                                            flatten_reference="self", min_points=4, tolerance=0.3)
+    run = reference_run.ReferenceRun([{"name": "typo", "curve": True}], args, gpu=False)
+    run.watch()
+    assert "typo" not in run.converged and "converged" not in json.loads((out / "typo" / "curve.json").read_text())
+    for updates, bleu in ((4000, 73.4), (5000, 74.7), (7000, 76.1), (8500, 76.9), (8500 + 250, 77.0)):
+        curve["points"].append({"updates": updates, "valid_loss": None, "bleu": bleu, "bp": 1.0})
+        curve.pop("converged", None)
+        (out / "typo" / "curve.json").write_text(json.dumps(curve))
+        run.watch()
+        assert "typo" not in run.converged  # flat at 8,750 but short of 3 x 3,000
+    curve["points"].append({"updates": 9000, "valid_loss": None, "bleu": 77.1, "bp": 1.0})
+    (out / "typo" / "curve.json").write_text(json.dumps(curve))
+    run.watch()
+    record = json.loads((out / "typo" / "curve.json").read_text())["converged"]
+    assert "typo" in run.converged and record["updates"] == 9000 and record["min_updates"] == 9000
+    assert record["reference"] == "self"

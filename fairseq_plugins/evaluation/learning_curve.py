@@ -8,7 +8,8 @@ the training has been stopped for it, ``converged``.
 The convergence rule (issue "Reordered models at convergence"): validation BLEU within ``tolerance``
 (0.3) over the last two of at least ``min_points`` evaluation points (5; 4 for the stage-1 verifiers),
 the last at no fewer than ``min_updates`` updates: 0 for L2R itself, 3x the updates at which L2R
-flattened for every other model.  Points without a BLEU (a decode that could not be scored) are no
+flattened for every other model (models without a reference, the stage-1 verifiers: 3x the updates
+at which their own curve first flattened; our choice, as two flat points can be a pause).  Points without a BLEU (a decode that could not be scored) are no
 evaluation points: they neither count towards ``min_points`` nor break the last pair.
 """
 import json
