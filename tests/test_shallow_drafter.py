@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from conftest import PLUGIN_DIR, REPO, cached, fairseq_cli, run
-from engine_helpers import decode_all, distill_test_set, engine, greedy_references, mismatches
+from _device_trap import device_trap
+from engine_helpers import decode_all, distill_test_set, engine, greedy_references, mismatches, reference_greedy
 
 BLOCK = 4
 DRAFT_VOCAB = 700  # of 1096 ids: the drafter proposes only the 700 most frequent tokens
@@ -244,6 +245,33 @@ def test_gad_exact_with_the_shallow_drafter_equals_fairseq_greedy(setup, request
     assert gen.stats["drafter"] == "nar"
     if width == "off":  # trained on the verifier's outputs: most drafts are right, several tokens per call
         assert gen.mean_accepted() > 1.8, gen.mean_accepted()
+
+
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_shallow_drafters_keep_to_the_device_and_decode_in_half(setup, request, drafter):
+    """The GPU path, checked on a CPU: under the device trap (no tensor made without a device, no
+    operation mixing devices) the one-row path (batch 1) and the batched one (batch 8, rows leaving)
+    decode fairseq's greedy output; with a ``.half()`` verifier (the drafter follows its dtype, the
+    verifier's states come in half) every sentence gets a hypothesis without NaN, mostly fairseq's own
+    half greedy (another summation order: not assumed identical)."""
+    import math
+
+    models, task, batches, refs = setup
+    path = request.getfixturevalue(drafter)
+    for bs in (1, 8):
+        some = batches[bs][: 24 // bs]
+        gen = shallow(models, task, path, block_size=BLOCK, adaptive_block_size="off")
+        with device_trap():
+            hyps = decode_all(gen, models, some)
+        assert len(hyps) == 24 and mismatches({i: refs[bs][i] for i in hyps}, hyps) == []
+    half = [copy.deepcopy(models[0]).half()]
+    ref = reference_greedy(half, task, batches[8][:3])
+    gen = shallow(half, task, path, block_size=BLOCK, adaptive_block_size="off")
+    hyps = decode_all(gen, half, batches[8][:3])
+    assert set(hyps) == set(ref) and gen.drafter.step.decoder.embed_tokens.weight.dtype == torch.float16
+    assert all(len(h["tokens"]) and not math.isnan(float(h["score"])) for h in hyps.values())
+    same = sum(hyps[i]["tokens"].tolist() == ref[i]["tokens"].tolist() for i in ref) / len(ref)
+    assert same >= 0.8, same
 
 
 @pytest.mark.parametrize("drafter, acceptance", [("shallow_drafter", "exact"), ("shallow_drafter", "all"),
