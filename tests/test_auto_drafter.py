@@ -89,6 +89,8 @@ def test_a_batch_of_much_longer_sources_starts_a_new_trial():
     assert choice.chosen == "none" and choice.chosen_at == 3
     assert choice.next(5) == "none"  # under twice as long: the choice holds
     assert choice.next(6) == "none" and choice.chosen is None  # a new trial, counted from its first batch
+    # a run that ends here says what it chose and that it was trying again
+    assert choice.summary().startswith("drafter auto: chose none on sources up to 3 tokens (trial 1); a new trial")
     choice.record("none", 1.0, 100)
     assert choice.next(6) == "input_copy"
     choice.record("input_copy", 0.5, 100)

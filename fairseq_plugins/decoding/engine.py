@@ -244,7 +244,8 @@ class DraftVerifyGenerator:
         start = clock()
         finalized = self._generate(net_input, src_lengths, max_len, self.drafter.candidates[name], self.policies[name])
         self.choice.record(name, clock() - start, sum(len(h[0]["tokens"]) for h in finalized))
-        self.stats["drafter"] = f"auto ({self.choice.chosen or 'choosing'})"
+        choosing = "choosing" if self.choice.last is None else f"{self.choice.last}, trying again on longer sources"
+        self.stats["drafter"] = f"auto ({self.choice.chosen or choosing})"
         self.stats["drafter_choice"] = self.choice.summary()
         return finalized
 

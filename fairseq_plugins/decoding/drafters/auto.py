@@ -62,6 +62,7 @@ class DrafterChoice:
         self.racing = list(names)  # the candidates still in the trial
         self.dropped: Dict[str, float] = {}  # candidate -> its time per token over none's when it left the trial
         self.chosen_at = 0  # source length of the batches the choice was made on
+        self.last: Optional[str] = None  # the latest choice made (kept while a new trial runs)
         self.trials = 0  # choices made so far
         self._length = 0
         self._turn = 0
@@ -118,7 +119,7 @@ class DrafterChoice:
     def _choose(self):
         best = min(self.racing, key=self.per_token)
         plain = self.per_token("none")
-        self.chosen = best if self.per_token(best) <= (1 - self.margin) * plain else "none"
+        self.chosen = self.last = best if self.per_token(best) <= (1 - self.margin) * plain else "none"
         self.chosen_at, self._length = self._length, 0
         self.trials += 1
         logger.info(self.summary())
@@ -126,7 +127,10 @@ class DrafterChoice:
     def summary(self) -> str:
         times = ", ".join(f"{n} {1e3 * self.per_token(n):.3f}" for n in self.names)
         if self.chosen is None:
-            return f"drafter auto: still choosing (ms per token so far: {times})"
+            if self.last is None:
+                return f"drafter auto: still choosing (ms per token so far: {times})"
+            return (f"drafter auto: chose {self.last} on sources up to {self.chosen_at} tokens (trial {self.trials}); "
+                    f"a new trial on longer sources was under way (ms per token so far: {times})")
         why = ("the fastest" if self.chosen != "none" else
                f"no drafter was {100 * self.margin:.0f}% faster than plain greedy")
         counted = ", ".join(f"{n} {self.batches[n]}" for n in self.names)
