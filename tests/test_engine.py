@@ -2,6 +2,7 @@
 test sentence, batch 1 and 8 with mixed lengths), KV-cache cut-back, edge cases, clear errors, and
 one end-to-end fairseq-generate run."""
 import copy
+import math
 
 import pytest
 import torch
@@ -355,3 +356,28 @@ def test_half_precision_decodes_on_cpu(tiny_corpus, tiny_model, drafter):
     assert set(got) == set(ref)
     same = sum(got[i]["tokens"].tolist() == ref[i]["tokens"].tolist() for i in ref) / len(ref)
     assert same >= 0.9, same
+
+
+def test_running_scores_add_one_float32_log_prob_per_column_as_fairseq():
+    """The running score before each fed column is the row's score plus the draft tokens' log-probs
+    added one at a time in float32 (fairseq adds one per step; a cumsum rounds otherwise), a
+    non-finite log-prob (an inadmissible draft token) adding 0: bit for bit, against a plain loop."""
+    from fairseq_plugins.decoding.scoring import running_scores
+
+    g = torch.Generator().manual_seed(0)
+    lprobs = torch.randn(5, 8, 30, generator=g) * 7
+    lprobs[1, 2, :] = -math.inf
+    lprobs[3, 4, :] = math.nan
+    draft = torch.randint(0, 30, (5, 7), generator=g)
+    score = torch.randn(5, generator=g) * 50
+    expected = torch.empty(5, 8)
+    for b in range(5):
+        acc = score[b].clone()
+        expected[b, 0] = acc
+        for i in range(7):
+            lp = lprobs[b, i, draft[b, i]]
+            acc = acc + (lp if torch.isfinite(lp) else torch.zeros(()))
+            expected[b, i + 1] = acc
+    got = running_scores(score, lprobs, draft)
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
+    assert torch.equal(running_scores(score, lprobs, draft[:, :0]), score.unsqueeze(1))

@@ -111,8 +111,9 @@ def running_scores(score: Tensor, lprobs: Tensor, draft: Tensor) -> Tensor:
     if draft.size(1) == 0:
         return score.unsqueeze(1)
     lp = lprobs[:, : draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
-    lp = lp.masked_fill(~torch.isfinite(lp), 0.0)  # past an inadmissible draft token only ties matter, not sums
+    # past an inadmissible draft token only ties matter, not sums: every non-finite log-prob adds 0
+    lp = torch.nan_to_num(lp, nan=0.0, posinf=0.0, neginf=0.0)
     running = [score]
-    for i in range(draft.size(1)):
-        running.append(running[-1] + lp[:, i])
+    for column in lp.unbind(1):  # one operation for all the columns (a select per column cost one each)
+        running.append(running[-1] + column)
     return torch.stack(running, dim=1)
