@@ -324,10 +324,7 @@ class ReferenceRun:
                 del curve["converged"]
                 learning_curve.write(self.curve_path(name), curve)
             if not curve.get("converged"):
-                if self.own_floor:
-                    min_updates = learning_curve.min_updates(curve["points"], self.args.min_points, self.args.tolerance)
-                else:
-                    min_updates = 0 if name == self.reference else floor
+                min_updates = self.floor_of(name, curve["points"], floor)
                 if min_updates is None or not learning_curve.converged(curve["points"], self.args.min_points,
                                                                        self.args.tolerance, min_updates):
                     continue
@@ -378,6 +375,13 @@ class ReferenceRun:
     # ---- helpers ----
     def curve_path(self, name):
         return self.out / name / "curve.json"
+
+    def floor_of(self, name, points, reference_floor):
+        """The updates a model's last point must reach: 3x where its own curve first flattened (``self``;
+        None until then), else 0 for the reference and ``reference_floor`` for the others."""
+        if self.own_floor:
+            return learning_curve.min_updates(points, self.args.min_points, self.args.tolerance)
+        return 0 if name == self.reference else reference_floor
 
     def same_rule(self, record):
         return self.rule_of(record) == self.rule_of({"min_points": self.args.min_points, "tolerance": self.args.tolerance,

@@ -77,3 +77,16 @@ def test_a_point_that_names_nothing_is_an_error(engine_runner):
     assert "forward" not in vars(engine_runner.models[0].encoder)
     with profile_decode.instrumented([("x", "model.no_such_part", "forward")], roots):  # absent from this row: skipped
         pass
+
+
+def test_operation_count_counts_each_top_level_operation_once():
+    """scripts/time_drafter_step.py --count-ops: an operation's own internals (torch.ones fills an empty
+    tensor; linear calls addmm) are not counted again, every call of the function is."""
+    import torch
+
+    from fairseq_plugins.evaluation.drafter_cost import operations
+
+    x, w = torch.ones(2, 4), torch.ones(3, 4)
+    n, y = operations(lambda: torch.nn.functional.linear(torch.ones(2, 4) + x, w))
+    assert n == 3 and y.shape == (2, 3)  # ones, add, linear
+    assert operations(lambda: [x + 1 for _ in range(5)])[0] == 5

@@ -15,7 +15,7 @@
   wall-clock time with ``--wall``.
 
     OMP_NUM_THREADS=1 python -m scripts.time_drafter_step --block 4 10 --layers 1 --draft-vocab 2000 \
-        [--verifier-features [--no-encoder-attention]]
+        [--verifier-features [--no-encoder-attention]] [--count-ops]
 """
 import argparse
 import statistics
@@ -64,7 +64,9 @@ def time_plain(generator, verifier, sample, max_len_b):
     return CLOCK() - t, generator.stats["model_calls"] - calls
 
 
-def time_drafter(drafter, verifier, sample, d, iterations, fresh, max_len):
+def time_drafter(drafter, verifier, sample, d, iterations, fresh, max_len, count_ops=False):
+    """``(seconds per iteration, begin seconds, encoder seconds)``; with ``count_ops`` the top-level
+    torch operations of the iterations instead of their time (the inputs are made before either)."""
     from fairseq_plugins.decoding.drafters import DraftContext, StepResult
 
     net = sample["net_input"]
@@ -82,13 +84,31 @@ def time_drafter(drafter, verifier, sample, d, iterations, fresh, max_len):
     steps = [StepResult(draft=top[:, 1:], top=top, top_lprob=top.float(), accepted=torch.tensor([fresh - 1]),
                         count=torch.tensor([fresh]), n_before=n - fresh, out=out, hidden=torch.randn(1, cols, dim))
              for n in n_gen]
+    def iterate():
+        for i in range(iterations):
+            if i:
+                drafter.observe(steps[i])
+            drafter.propose(out, n_gen[i], longest=i * fresh)  # the engine passes its host-side longest prefix
+
+    if count_ops:
+        return operations(iterate)[0]
     t3 = CLOCK()
-    for i in range(iterations):
-        if i:
-            drafter.observe(steps[i])
-        drafter.propose(out, n_gen[i], longest=i * fresh)  # the engine passes its host-side longest prefix
+    iterate()
     t4 = CLOCK()
     return (t4 - t3) / iterations, t2 - t1, t1 - t0
+
+
+def operations(fn):
+    """``(n, fn())``: n = the top-level torch operations ``fn`` dispatched (the profiler's aten events
+    not nested in another one).  At batch 1 on a CPU a step's time is mostly per-operation overhead,
+    and unlike a timing on shared cores the count does not move from run to run."""
+    from torch.profiler import profile
+
+    with profile() as p:
+        result = fn()
+    top = [e for e in p.events() if e.name.startswith("aten::")
+           and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+    return len(top), result
 
 
 def main():
@@ -108,6 +128,8 @@ def main():
                    help="a drafter reading the verifier's hidden states (docs/METHODS.md §3)")
     p.add_argument("--no-encoder-attention", action="store_true",
                    help="a drafter without encoder attention (with --verifier-features: EAGLE's layer)")
+    p.add_argument("--count-ops", action="store_true",
+                   help="also count the top-level torch operations of a plain step and of a drafter iteration")
     p.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
     a = p.parse_args()
     if a.wall:
@@ -146,6 +168,14 @@ def main():
               f"plain engine step {s * 1e3:.3f} ms, drafter iteration {dr * 1e3:.3f} ms = {dr / s:.2f} of a step "
               f"(per-pair ratios: median {statistics.median(ratios):.2f}, quartiles {ratios[q]:.2f}-{ratios[-q - 1]:.2f}); "
               f"drafter begin (per batch) {statistics.median(begin) * 1e3:.3f} ms")
+        if a.count_ops:  # differences: the encoder, the set-up and the first call cancel out
+            with torch.inference_mode():
+                (long_ops, (_, cl)), (short_ops, (_, cs)) = (
+                    operations(lambda: time_plain(gen, verifier, sample, n)) for n in (a.long, a.short))
+                once, twice = (time_drafter(drafter, verifier, sample, d, n, a.fresh, a.long, count_ops=True)
+                               for n in (a.iterations, 2 * a.iterations))
+            print(f"k={k}: operations per plain engine step {(long_ops - short_ops) / (cl - cs):.1f}, "
+                  f"per drafter iteration {(twice - once) / a.iterations:.1f}")
 
 
 if __name__ == "__main__":

@@ -58,8 +58,8 @@ class ShallowDrafterConfig(FairseqDataclass):
                                  "engine's verification calls give them; the drafter then cannot decode alone"})
     no_encoder_attention: bool = field(
         default=False, metadata={"help": "no encoder attention in the drafter's layers (needs --verifier-features, "
-                                 "which then carry the source, as in EAGLE's drafter): a third fewer operations "
-                                 "per drafting iteration"})
+                                 "which then carry the source, as in EAGLE's drafter): 46 instead of 55 operations "
+                                 "per drafting iteration (scripts/time_drafter_step.py --count-ops)"})
 
 
 class VerifierEncoder(FairseqEncoder):

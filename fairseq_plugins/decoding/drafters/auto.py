@@ -21,7 +21,8 @@ Then it keeps the candidate with the least time per produced token, or ``none`` 
 at least ``MARGIN`` faster.  A candidate that is ``DROP`` slower per token than ``none`` once it has
 half the trial's tokens leaves the trial at once (racing, our choice): every batch a loser decodes is
 paid for.  Measured at batch 32 (typo correction, 2,600-update verifier, 200 timed sentences, interleaved
-with the engine's greedy): auto ran at 0.82x while every candidate finished its trial, 0.98x with racing.  The choice holds while the batches' sources stay within
+with the engine's greedy; docs/RESULTS.md): without racing the trial outlasted the benchmark's first
+pass and its timed pairs ran at 0.82x; with racing it ended within that pass, and auto ran at 0.98x.  The choice holds while the batches' sources stay within
 ``RETRY_LENGTH`` times the length at which it was made: fairseq-generate sorts batches by length,
 so the first trial sees the shortest sentences, where drafting has least to gain (typo correction
 at batch 1: the trial on the shortest sentences chose plain greedy, while IAD was 1.18x greedy over
