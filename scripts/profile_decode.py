@@ -18,9 +18,10 @@ cannot silently drop a row of the profile.  Several lines may share a label (fai
 engine's version of the same part).  New components -- the lean decoder step, a drafter's model --
 are one line each.
 
-Output, per row: a Markdown table (component, total ms, % of the row's profiled time, calls), with
-the nesting observed at run time shown by indentation; "search bookkeeping" is the row's time not
-spent in any top-level component; host synchronisations are counted separately (scalar reads
+Output, per row: a Markdown table (component, total ms, % of the row's profiled time, calls, the
+top-level torch operations inside it: ``evaluation.operations``), with the nesting observed at run
+time shown by indentation; ``--engine-steps`` adds the engine's named steps of an iteration
+(:data:`ENGINE_STEPS`).  "search bookkeeping" is the row's time not spent in any top-level component; host synchronisations are counted separately (scalar reads
 ``aten::_local_scalar_dense`` -- ``.item()``, ``int()``, ``bool()`` of a tensor --, ``Tensor.tolist``,
 ``aten::nonzero``), their time is inside the components above.  Also writes ``profile.json``.
 The profiler adds a per-op cost: the plain and profiled times are both printed; the shares are
@@ -42,6 +43,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from fairseq_plugins.evaluation.operations import is_operation
 from scripts import benchmark  # the benchmark's runners, corpus and rows
 
 # label, target, method: what to wrap in record_function(label) while profiling (see the docstring).
@@ -74,6 +76,13 @@ POINTS = [
     ("reorder / drop rows", "model.encoder", "reorder_encoder_out"),
     ("reorder / drop rows", "model.decoder", "reorder_incremental_state_scripting"),
     ("reorder / drop rows", "drafter", "select_rows"),
+]
+# --engine-steps: the engine's named steps of an iteration (engine.py), around the components above
+ENGINE_STEPS = [(f"engine: {name.strip('_').replace('_', ' ')}", "fairseq_plugins.decoding.engine:DraftVerifyGenerator", name)
+                for name in ("_verify", "_append", "_observe", "_count_drafts", "_propose", "_sync", "_learn",
+                             "_drop_finished", "_next_call")] + [
+    ("scoring", "fairseq_plugins.decoding.scoring:ColumnScorer", "all_columns"),
+    ("scoring", "fairseq_plugins.decoding.scoring:ColumnScorer", "until_rejected"),
 ]
 ROW_LABEL = "row"
 SYNC_OPS = {"aten::_local_scalar_dense": "host sync: scalar reads (aten::_local_scalar_dense)",
@@ -213,16 +222,28 @@ def profile_row(runner, device, points=POINTS):
             with record_function(ROW_LABEL):
                 runner.decode(batches)
                 runner.sync()
-    return summarize(prof.events(), labels, plain, device != "cpu")
+    return summarize(prof.events(), labels, plain, device != "cpu", points)
 
 
-def summarize(events, labels, plain_seconds, on_device=False):
+def summarize(events, labels, plain_seconds, on_device=False, points=POINTS):
     """Per label: total ms (its outermost calls, so a recursive or repeated wrap counts once),
-    calls, nesting depth (labelled ancestors) and whether it is top level; the row; host syncs."""
+    calls, nesting depth (labelled ancestors), whether it is top level, and the top-level torch
+    operations inside it; the row; host syncs."""
     stats, row_ms = {}, None
     syncs = {name: [0, 0.0] for name in SYNC_OPS}
+    ops, row_ops = {}, 0  # label -> top-level operations inside it (each counted once per label)
     for e in events:
         name = e.name
+        if is_operation(e):
+            row_ops += 1
+            parent, seen = e.cpu_parent, set()
+            while parent is not None:
+                if parent.name in labels and parent.name not in seen:
+                    seen.add(parent.name)
+                    ops[parent.name] = ops.get(parent.name, 0) + 1
+                parent = parent.cpu_parent
+            if not seen:
+                ops[None] = ops.get(None, 0) + 1
         if name in syncs:
             syncs[name][0] += 1
             syncs[name][1] += e.cpu_time_total / 1000
@@ -236,41 +257,54 @@ def summarize(events, labels, plain_seconds, on_device=False):
             if parent.name in labels:
                 ancestors.append(parent.name)
             parent = parent.cpu_parent
-        s = stats.setdefault(name, dict(ms=0.0, device_ms=0.0, calls=0, depth=None, top_ms=0.0))
+        s = stats.setdefault(name, dict(ms=0.0, device_ms=0.0, calls=0, depth=None, top_ms=0.0, parent=None))
         if name in ancestors:  # the same label further out (e.g. nested wraps): counted there
             continue
         s["ms"] += e.cpu_time_total / 1000
         s["device_ms"] += getattr(e, "device_time_total", 0) / 1000
         s["calls"] += 1
-        s["depth"] = len(ancestors) if s["depth"] is None else min(s["depth"], len(ancestors))
+        if s["depth"] is None or len(ancestors) < s["depth"]:  # where it is met least nested: its place in the table
+            s["depth"], s["parent"] = len(ancestors), (ancestors[0] if ancestors else None)
         if not ancestors:
             s["top_ms"] += e.cpu_time_total / 1000
     if row_ms is None:
         raise RuntimeError("the profile holds no 'row' range: the profiler recorded nothing")
-    order = [label for label in dict.fromkeys(label for label, _, _ in POINTS) if label in stats]
-    order += [label for label in stats if label not in order]
+    # a tree: each label under the labelled part it runs in, siblings in the order of ``points``
+    known = [label for label in dict.fromkeys(label for label, _, _ in points) if label in stats]
+    known += [label for label in stats if label not in known]
+    order = []
+
+    def place(parent):
+        for label in known:
+            if stats[label]["parent"] == parent and label not in order:
+                order.append(label)
+                place(label)
+
+    place(None)
+    order += [label for label in known if label not in order]  # a parent not in stats: should not happen
     components = [dict(label=label, depth=stats[label]["depth"], ms=round(stats[label]["ms"], 2),
                        pct=round(100 * stats[label]["ms"] / row_ms, 1), calls=stats[label]["calls"],
-                       **({"device_ms": round(stats[label]["device_ms"], 2)} if on_device else {}))
+                       ops=ops.get(label, 0), **({"device_ms": round(stats[label]["device_ms"], 2)} if on_device else {}))
                   for label in order]
     rest = row_ms - sum(s["top_ms"] for s in stats.values())
     components.append(dict(label="search bookkeeping (rest of the row)", depth=0, ms=round(rest, 2),
-                           pct=round(100 * rest / row_ms, 1), calls=None))
+                           pct=round(100 * rest / row_ms, 1), calls=None, ops=ops.get(None, 0)))
     sync_rows = [dict(label=SYNC_OPS[name], depth=0, ms=round(ms, 2), pct=round(100 * ms / row_ms, 1), calls=n)
                  for name, (n, ms) in syncs.items()]
     return dict(plain_seconds=round(plain_seconds, 4), profiled_seconds=round(row_ms / 1000, 4),
-                components=components, host_syncs=sync_rows)
+                operations=row_ops, components=components, host_syncs=sync_rows)
 
 
 def markdown(summary):
     """The row's table: component, total ms (CPU; + device ms on a GPU), % of the row, calls."""
     device = any("device_ms" in c for c in summary["components"])
-    head = ["component", "total ms"] + (["device ms"] if device else []) + ["% of row", "calls"]
-    rows = [["row (profiled pass)", f"{summary['profiled_seconds'] * 1000:.1f}"] + (["–"] if device else []) + ["100.0", "1"]]
+    head = ["component", "total ms"] + (["device ms"] if device else []) + ["% of row", "calls", "operations"]
+    rows = [["row (profiled pass)", f"{summary['profiled_seconds'] * 1000:.1f}"] + (["–"] if device else [])
+            + ["100.0", "1", str(summary["operations"])]]
     for c in summary["components"] + summary["host_syncs"]:
         dev = [f"{c['device_ms']:.1f}" if "device_ms" in c else "–"] if device else []
         rows.append(["&nbsp;&nbsp;" * (c["depth"] or 0) + c["label"], f"{c['ms']:.1f}"] + dev
-                    + [f"{c['pct']:.1f}", "–" if c["calls"] is None else str(c["calls"])])
+                    + [f"{c['pct']:.1f}", "–" if c["calls"] is None else str(c["calls"]), str(c.get("ops", "–"))])
     return tabulate(rows, headers=head, tablefmt="pipe", disable_numparse=True,
                     colalign=["left"] + ["right"] * (len(head) - 1))
 
@@ -295,6 +329,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-len-a", type=float, default=1.2)
     ap.add_argument("--max-len-b", type=int, default=10)
+    ap.add_argument("--engine-steps", action="store_true",
+                    help="also the engine's named steps of an iteration (_verify, _append, ...) and its scoring")
     ap.add_argument("--out", default=None, help="folder for profile.json and profile.md")
     args = ap.parse_args(argv)
     import torch
@@ -320,14 +356,17 @@ def main(argv=None):
                     runner = benchmark.FairseqRunner(corpus, ckpt, row_args, beam, bs, args.device,
                                                      args.fp16, args.threads, (args.max_len_a, args.max_len_b),
                                                      args.sentences)
-                    summary = profile_row(runner, args.device)
+                    summary = profile_row(runner, args.device, POINTS + (ENGINE_STEPS if args.engine_steps else []))
                     n = benchmark.n_sentences(runner.timed_batches)
                     summary.update(method=row["method"], args=row_args, beam=beam, batch_size=bs,
                                    sentences=n, device=args.device, dtype="fp16" if args.fp16 else "fp32",
                                    threads=args.threads)
                     report.append(summary)
+                    calls = next((c["calls"] for c in summary["components"] if c["label"] == "decoder call"), 0)
+                    per_call = f", {summary['operations'] / calls:.1f} per decoder call" if calls else ""
                     head = (f"### {row['method']} (beam {beam}, batch {bs}, {n} sentences, {args.device}): "
-                            f"{summary['plain_seconds']:.3f} s plain, {summary['profiled_seconds']:.3f} s profiled")
+                            f"{summary['plain_seconds']:.3f} s plain, {summary['profiled_seconds']:.3f} s profiled, "
+                            f"{summary['operations']} torch operations{per_call}")
                     text.append(head + "\n\n" + markdown(summary) + "\n")
                     print("\n" + text[-1], flush=True)
                     del runner

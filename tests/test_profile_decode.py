@@ -84,9 +84,30 @@ def test_operation_count_counts_each_top_level_operation_once():
     tensor; linear calls addmm) are not counted again, every call of the function is."""
     import torch
 
-    from fairseq_plugins.evaluation.drafter_cost import operations
+    from fairseq_plugins.evaluation.operations import operations
 
     x, w = torch.ones(2, 4), torch.ones(3, 4)
     n, y = operations(lambda: torch.nn.functional.linear(torch.ones(2, 4) + x, w))
     assert n == 3 and y.shape == (2, 3)  # ones, add, linear
     assert operations(lambda: [x + 1 for _ in range(5)])[0] == 5
+
+
+def test_engine_steps_split_an_iteration_and_its_operations(engine_runner):
+    """--engine-steps: every named step of the engine is a point (a rename fails here), the verifier
+    call nests inside _verify, and the operations add up: each top-level one counted once, in the
+    row, in the step that made it and in every labelled part around it."""
+    profile_decode.check_points(profile_decode.ENGINE_STEPS)
+    gen = engine_runner.generator
+    engine_runner.decode(engine_runner.timed_batches)
+    gen.reset_stats()
+    engine_runner.decode(engine_runner.timed_batches)
+    calls = gen.stats["model_calls"]
+    summary = profile_decode.profile_row(engine_runner, "cpu", profile_decode.POINTS + profile_decode.ENGINE_STEPS)
+    by = {c["label"]: c for c in summary["components"]}
+    assert by["engine: verify"]["calls"] == by["decoder call"]["calls"] == calls
+    assert by["engine: sync"]["calls"] == calls and by["decoder call"]["depth"] == 1
+    assert by["engine: verify"]["ops"] > by["decoder call"]["ops"] + by["scoring"]["ops"] - 1
+    assert by["decoder call"]["ops"] > by["decoder layers"]["ops"] > 0
+    top = [c for c in summary["components"] if c["depth"] == 0]
+    assert sum(c["ops"] for c in top) == summary["operations"]  # the rest included: nothing lost, nothing twice
+    assert by["engine: learn"]["ops"] == 0  # the width policy's bookkeeping is host arithmetic

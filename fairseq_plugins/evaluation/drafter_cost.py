@@ -24,6 +24,8 @@ from argparse import Namespace
 
 import torch
 
+from fairseq_plugins.evaluation.operations import operations
+
 #: the thread's CPU time: on a shared machine, time other processes take from this one is not counted
 #: (wall-clock time with --wall)
 CLOCK = time.thread_time
@@ -96,19 +98,6 @@ def time_drafter(drafter, verifier, sample, d, iterations, fresh, max_len, count
     iterate()
     t4 = CLOCK()
     return (t4 - t3) / iterations, t2 - t1, t1 - t0
-
-
-def operations(fn):
-    """``(n, fn())``: n = the top-level torch operations ``fn`` dispatched (the profiler's aten events
-    not nested in another one).  At batch 1 on a CPU a step's time is mostly per-operation overhead,
-    and unlike a timing on shared cores the count does not move from run to run."""
-    from torch.profiler import profile
-
-    with profile() as p:
-        result = fn()
-    top = [e for e in p.events() if e.name.startswith("aten::")
-           and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
-    return len(top), result
 
 
 def main():
