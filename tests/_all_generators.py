@@ -4,7 +4,8 @@ for the tests that must cover all of them (model not mutated, NaN, device trap, 
 
 * the draft-and-verify engine with every drafter (``ENGINE_DRAFTERS``) and acceptance rule, on the
   cached tiny checkpoint (blockwise: random heads on that checkpoint; nar: the cached GAD drafter);
-  ``full_projection=True`` forces the GPU path (every fed column projected at once);
+  ``full_projection=True`` forces the GPU path (every fed column projected at once, nothing read on the
+  host but the engine's one synchronisation per iteration);
 * the drafter alone (``--acceptance all``);
 * the multi-token beam search with every order, DOUBLETOPK and the ablation flags (``BEAM_CASES``),
   on random tiny reordered models built in-process.
@@ -64,8 +65,8 @@ def engine_generator(models, task, drafter, acceptance="exact", *, blockwise=Non
     if drafter == "nar":
         block_size = min(block_size, 4)
     gen = engine(models, task, drafter, acceptance=acceptance, block_size=block_size, **kw)
-    if full_projection:
-        gen.lazy_verify = False  # every fed column projected in one product, as on a GPU
+    if full_projection:  # as on a GPU: every fed column projected in one product, nothing read but the sync
+        gen.lazy_verify, gen.host_reads = False, False
     return gen, models
 
 

@@ -11,10 +11,10 @@ from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
 PAD, EOS, BOS = 1, 2, 2
 
 
-def ctx(src, max_len=20, target_length=None, width=40):
+def ctx(src, max_len=20, target_length=None, width=40, host_reads=None):
     src = torch.tensor(src)
     return DraftContext(src_tokens=src, src_lengths=(src != PAD).sum(1), max_len=max_len, width=width,
-                        target_length=target_length, bos=BOS, eos=EOS, pad=PAD)
+                        target_length=target_length, bos=BOS, eos=EOS, pad=PAD, host_reads=host_reads)
 
 
 def step(drafter, out, n_gen, draft, top, accepted):
@@ -87,10 +87,14 @@ def test_jacobi_records_the_iterates_for_ddgviz():
     assert len(d.history) == 1 and d.history[0]["guess"][0, 1:5].tolist() == [7, 8, 9, EOS]
 
 
-def test_input_copy_copies_from_bos_then_reanchors_on_a_unique_ngram():
+ON_HOST = pytest.mark.parametrize("on_host", [False, True], ids=["tensor anchors", "host anchors"])
+
+
+@ON_HOST
+def test_input_copy_copies_from_bos_then_reanchors_on_a_unique_ngram(on_host):
     # left-padded source (fairseq layout): x = 10 11 12 13 14 EOS
     d = InputCopyDrafter(block_size=4, ngram=2)
-    d.begin(ctx([[PAD, 10, 11, 12, 13, 14, EOS]]))
+    d.begin(ctx([[PAD, 10, 11, 12, 13, 14, EOS]], host_reads=on_host))
     out = torch.full((1, 40), PAD)
     out[0, 0] = BOS
     n = torch.zeros(1, dtype=torch.long)
@@ -104,9 +108,10 @@ def test_input_copy_copies_from_bos_then_reanchors_on_a_unique_ngram():
     assert d.propose(out, n).tokens.tolist() == [[13, 14, EOS, PAD]]
 
 
-def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_matches():
+@ON_HOST
+def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_matches(on_host):
     d = InputCopyDrafter(block_size=2, ngram=2)
-    d.begin(ctx([[10, 11, 10, 12, 13, EOS]]))
+    d.begin(ctx([[10, 11, 10, 12, 13, EOS]], host_reads=on_host))
     out = torch.full((1, 40), PAD)
     out[0, 0] = BOS
     n = torch.zeros(1, dtype=torch.long)
@@ -115,14 +120,16 @@ def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_mat
     # all accepted, verifier's own token is 10 = the next source token: the anchor moves on
     n = step(d, out, n, draft, torch.tensor([[10, 11, 10]]), torch.tensor([2]))
     assert d.propose(out, n).tokens.tolist() == [[12, 13]]
+    if on_host:  # the re-anchoring below is the tensor path's; the host path's is compared with it further down
+        return
     # a fresh row whose output ends with "10": ambiguous 1-gram, no copy; "11 10" 2-gram is unique
     e = InputCopyDrafter(block_size=2, ngram=1)
-    e.begin(ctx([[10, 11, 10, 12, 13, EOS]]))
+    e.begin(ctx([[10, 11, 10, 12, 13, EOS]], host_reads=False))
     out2 = torch.full((1, 40), PAD)
     out2[0, :3] = torch.tensor([BOS, 11, 10])
     assert e._rematch(out2, torch.tensor([2])).tolist() == [e.lost]  # no anchor
     e = InputCopyDrafter(block_size=2, ngram=2)
-    e.begin(ctx([[10, 11, 10, 12, 13, EOS]]))
+    e.begin(ctx([[10, 11, 10, 12, 13, EOS]], host_reads=False))
     assert e._rematch(out2, torch.tensor([2])).tolist() == [3]  # x = [BOS, 10, 11, 10, ...]: index 3
 
 
@@ -139,7 +146,8 @@ def _anchor_by_search(x, output, q):
 @pytest.mark.parametrize("q", [1, 2, 3])
 def test_input_copy_reanchoring_matches_a_plain_search(q):
     """Random left-padded sources over a few symbols (many repeats) and random outputs: the batched
-    re-anchoring finds the index a per-row search finds, or no anchor where the search finds none."""
+    re-anchoring and the host's lookup find the index a per-row search finds, or no anchor where
+    the search finds none."""
     g = torch.Generator().manual_seed(q)
     for trial in range(150):
         bsz, slen = 3, int(torch.randint(2, 9, (1,), generator=g))
@@ -148,17 +156,21 @@ def test_input_copy_reanchoring_matches_a_plain_search(q):
         for b in range(bsz):  # fairseq's layout: left padding, EOS last
             src[b, : slen - lengths[b]] = PAD
             src[b, -1] = EOS
-        d = InputCopyDrafter(block_size=3, ngram=q)
-        d.begin(ctx(src.tolist()))
+        d, h = InputCopyDrafter(block_size=3, ngram=q), InputCopyDrafter(block_size=3, ngram=q)
+        d.begin(ctx(src.tolist(), host_reads=False))
+        h.begin(ctx(src.tolist(), host_reads=True))
         out = torch.full((bsz, 20), PAD)
         out[:, 0] = BOS
         n_gen = torch.randint(0, 6, (bsz,), generator=g)
         out[:, 1:7] = torch.randint(10, 15, (bsz, 6), generator=g)
         got = d._rematch(out, n_gen).tolist()
+        n = n_gen.tolist()
+        on_host = [h.host._rematch(b, tail, n[b]) for b, tail in enumerate(h.host._tails(out, n))]
         for b in range(bsz):
             x = [t for t in src[b].tolist() if t != PAD]  # x_1 .. x_n (EOS included); x_0 = BOS never matches
             found = _anchor_by_search(x, out[b, 1 : 1 + int(n_gen[b])].tolist(), q)
-            assert got[b] == (d.lost if found is None else found), (trial, b, x, out[b, : 1 + int(n_gen[b])].tolist())
+            expected = d.lost if found is None else found
+            assert got[b] == expected and on_host[b] == expected, (trial, b, x, out[b, : 1 + int(n_gen[b])].tolist())
 
 
 def test_input_copy_option_checks_and_dictionary_mapping():
@@ -182,3 +194,47 @@ def test_input_copy_option_checks_and_dictionary_mapping():
     assert source_to_target_map(a, a) is None
     m = source_to_target_map(a, b)
     assert m[a.index("x")] == b.index("x") and m[a.index("y")] == b.index("y")
+
+
+def _random_run(on_host, seed, q, k=3):
+    """A drafter through 12 calls of a random 'verifier' that follows the copy half the time, with
+    plain steps and a dropped row in between; returns every draft (tokens, lengths)."""
+    import random
+
+    g = random.Random(seed)
+    bsz, slen = 3, g.randint(2, 9)
+    src = torch.full((bsz, slen), PAD)
+    for b in range(bsz):  # fairseq's layout: left padding, EOS last; few symbols, many repeats
+        length = g.randint(1, slen)
+        src[b, slen - length :] = torch.tensor([g.randint(10, 13) for _ in range(length)])
+        src[b, -1] = EOS
+    d = InputCopyDrafter(block_size=k, ngram=q)
+    d.begin(ctx(src.tolist(), max_len=30, width=60, host_reads=on_host))
+    out = torch.full((bsz, 60), PAD)
+    out[:, 0] = BOS
+    n = torch.zeros(bsz, dtype=torch.long)
+    drafts = []
+    for it in range(12):
+        proposal = d.propose(out, n)
+        drafts.append((proposal.tokens.tolist(), proposal.lengths.tolist()))
+        draft = proposal.tokens[:, :0] if g.random() < 0.2 else proposal.tokens  # a plain step now and then
+        width = draft.size(1)
+        accepted = torch.tensor([g.randint(0, min(width, int(proposal.lengths[b]))) for b in range(bsz)])
+        top = torch.tensor([[g.randint(10, 13) for _ in range(width + 1)] for _ in range(bsz)])
+        for b in range(bsz):
+            if width and g.random() < 0.5:  # the verifier agrees with the copy, past the accepted prefix too
+                top[b, :width] = draft[b]
+        n = step(d, out, n, draft, top, accepted)
+        if it == 6:  # the middle row finished
+            keep = torch.tensor([0, 2])
+            d.select_rows(keep)
+            out, n, bsz = out[keep], n[keep], 2
+    return drafts
+
+
+@pytest.mark.parametrize("q", [1, 2, 3])
+def test_input_copy_host_anchors_draft_what_the_tensor_path_drafts(q):
+    """The two ways of keeping IAD's anchors (tensors on the device, lists on a CPU's host) propose
+    the same drafts through copies, bifurcations, plain steps, re-anchoring and dropped rows."""
+    for seed in range(120):
+        assert _random_run(True, seed, q) == _random_run(False, seed, q), seed

@@ -358,7 +358,8 @@ def test_half_precision_decodes_on_cpu(tiny_corpus, tiny_model, drafter):
     assert same >= 0.9, same
 
 
-def test_running_scores_add_one_float32_log_prob_per_column_as_fairseq():
+@pytest.mark.parametrize("on_host", [False, True], ids=["torch adds", "numpy adds on the host"])
+def test_running_scores_add_one_float32_log_prob_per_column_as_fairseq(on_host):
     """The running score before each fed column is the row's score plus the draft tokens' log-probs
     added one at a time in float32 (fairseq adds one per step; a cumsum rounds otherwise), a
     non-finite log-prob (an inadmissible draft token) adding 0: bit for bit, against a plain loop."""
@@ -378,6 +379,9 @@ def test_running_scores_add_one_float32_log_prob_per_column_as_fairseq():
             lp = lprobs[b, i, draft[b, i]]
             acc = acc + (lp if torch.isfinite(lp) else torch.zeros(()))
             expected[b, i + 1] = acc
-    got = running_scores(score, lprobs, draft)
+    got = running_scores(score, lprobs, draft, on_host=on_host)
     assert got.dtype == torch.float32 and torch.equal(got, expected)
-    assert torch.equal(running_scores(score, lprobs, draft[:, :0]), score.unsqueeze(1))
+    assert torch.equal(running_scores(score, lprobs, draft[:, :0], on_host=on_host), score.unsqueeze(1))
+    # a double accumulation (what cumsum does on a CPU) rounds otherwise: the inputs are wide enough to show it
+    assert not torch.equal(torch.cat([score.unsqueeze(1), score.unsqueeze(1) + torch.nan_to_num(
+        lprobs[:, :7].gather(2, draft.unsqueeze(2)).squeeze(2), nan=0.0, neginf=0.0).double().cumsum(1).float()], 1), expected)

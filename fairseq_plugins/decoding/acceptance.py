@@ -28,7 +28,7 @@ def prefix_length(ok: Tensor) -> Tensor:
     """Length of the all-True prefix of each row of a ``(B, K)`` bool tensor."""
     if ok.size(1) == 0:
         return ok.new_zeros(ok.size(0), dtype=torch.long)
-    return ok.long().cumprod(dim=1).sum(dim=1)
+    return ok.cumprod(dim=1).sum(dim=1)  # a bool cumprod is int64 already: two operations
 
 
 def draft_log_probs(draft: Tensor, lprobs: Tensor) -> Tensor:

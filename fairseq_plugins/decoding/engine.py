@@ -50,7 +50,7 @@ from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.drafters import Draft, DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.inference import inference_generate
-from fairseq_plugins.decoding.iteration_cost import device_clock
+from fairseq_plugins.decoding.iteration_cost import device_clock, host_reads_free
 from fairseq_plugins.decoding.projection import Warmup
 from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.scoring import Columns, ColumnScorer, Scored
@@ -94,7 +94,6 @@ class Run:
     max_len: int
     arange: Tensor
     finalized: List[Optional[List[Dict]]]
-    counters: Tensor          # draft tokens accepted, proposed
     count_stats: bool
     iteration: int = 0
     row_iterations: int = 0
@@ -104,6 +103,9 @@ class Run:
     timer: Callable[[], float] = time.perf_counter  # iteration_cost.device_clock of the batch's device
     clock: Optional[float] = None  # when the last host synchronisation returned (None: none yet in this batch)
     warmups: int = -1  # projection.Warmup.events at that time: an interval that warmed a kernel is not timed
+    host_reads: bool = False  # the host reads the batch's tensors for one operation (iteration_cost.host_reads_free)
+    draft_accepted: int = 0   # draft tokens appended (stats, counted on the host from the synchronisation)
+    draft_tokens: int = 0     # draft tokens proposed
 
 
 @dataclass
@@ -127,6 +129,7 @@ class Synced:
     lengths: List[int]                   # n_gen
     sent: Optional[List[int]] = None     # draft slots the width policy counts as sent (when a draft was fed)
     got: Optional[List[int]] = None      # draft tokens accepted (when a draft was fed)
+    proposed: Optional[List[int]] = None  # draft slots each row sent, where the stats count others than ``sent``
     offered: Optional[List[int]] = None  # whether the drafter had a draft when asked (adaptive policy)
     next_width: Optional[int] = None     # the longest next draft of the rows that go on
     width: int = 0                       # draft slots this call scored
@@ -173,6 +176,9 @@ class DraftVerifyGenerator:
         self.choice = getattr(drafter, "choice", None)
         self.policies = {name: self._policy_for(d) for name, d in getattr(drafter, "candidates", {}).items()}
         self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
+        # None: by the device (iteration_cost.host_reads_free); False: read nothing but the one synchronisation
+        # per iteration, as on a GPU (tests check that path on a CPU)
+        self.host_reads: Optional[bool] = None
         self.reset_stats()
 
     def _policy_for(self, drafter: Drafter) -> FixedBlock:
@@ -275,11 +281,11 @@ class DraftVerifyGenerator:
             n_before = rows.n_gen
             count, ended = self._append(run, rows, verdict)
             self._observe(run, rows, verdict, count, n_before)
-            sent = self._count_drafts(run, verdict, count)
+            sent, proposed = self._count_drafts(run, verdict)
             if not drafter.proposes_after_sync:
                 rows.draft = self._propose(run, rows)  # the next draft, before the sync: its width rides along
-            synced = self._sync(run, rows, verdict, ended, sent)
-            self._learn(run, synced)
+            synced = self._sync(run, rows, verdict, ended, sent, proposed)
+            self._learn(run, rows, synced)
             if run.cache is not None:  # cut back to the accepted tokens
                 run.cache.commit(count, max(synced.lengths), min(synced.lengths) == max(synced.lengths))
             rows.lengths = synced.lengths
@@ -296,6 +302,7 @@ class DraftVerifyGenerator:
         kmax = drafter.max_draft(max_len)
         width = max_len + kmax + 2
         alone = not acceptance.needs_verifier
+        reads = host_reads_free(device) if self.host_reads is None else self.host_reads
         cache = None if alone else self.verifier.begin(net_input, capacity=max_len + 2 + min(kmax, 16))
         out = torch.full((bsz, width), self.pad, dtype=torch.long, device=device)
         out[:, 0] = self.bos
@@ -306,11 +313,11 @@ class DraftVerifyGenerator:
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad,
                                    final=alone, constraints=self.constraints,
                                    encoder_out=None if alone else self.verifier.encoder_out,
-                                   vocab_projection=None if alone else self.verifier.step.vocab_projection))
+                                   vocab_projection=None if alone else self.verifier.step.vocab_projection,
+                                   host_reads=reads))
         policy.begin(bsz, kmax)
         run = Run(drafter, acceptance, policy, cache, max_len, torch.arange(width + 1, device=device), [None] * bsz,
-                  torch.zeros(2, dtype=torch.long, device=device), count_stats, propose=policy.expects_draft(),
-                  timer=device_clock(device))
+                  count_stats, propose=policy.expects_draft(), timer=device_clock(device), host_reads=reads)
         # a prior that does not pay: the first call is a plain step, its draft not even asked for
         rows.draft = self._propose(run, rows)
         if rows.draft.size:  # trim to the widest useful draft (one sync before the first call, unless known)
@@ -333,14 +340,14 @@ class DraftVerifyGenerator:
         tokens = torch.cat([last, draft.tokens], dim=1) if m > 1 else last
         # positions past max_len are never accepted (EOS forced there); keep them inside the table
         positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps
-        lazy = m > 2 and self._lazy_columns(run.drafter, rows.out.device)
+        lazy = m > 2 and self._lazy_columns(run.drafter, run.host_reads)
         logits, hidden = self.verifier(run.cache, tokens, positions, project=None if lazy else slice(None))
         cols = Columns(steps, max_len, min_step=run.iteration, first_max=longest)  # every row has >= iteration tokens
         if lazy:  # project onto the vocabulary only up to the columns some row still needs
-            scored = self.scorer.until_rejected(hidden, cols, rows.score, draft.tokens, run.acceptance)
+            scored = self.scorer.until_rejected(hidden, cols, rows.score, draft.tokens, run.acceptance, run.host_reads)
             hidden = hidden[:, : scored.top.size(1)]
         else:
-            scored = self.scorer.all_columns(logits, cols, rows.score, draft.tokens, run.acceptance)
+            scored = self.scorer.all_columns(logits, cols, rows.score, draft.tokens, run.acceptance, run.host_reads)
         used = scored.top.size(1)  # the columns any row uses
         accepted, top = scored.accepted, scored.top
         if used == 1:  # a plain greedy step: one token per row, nothing to cut
@@ -413,19 +420,21 @@ class DraftVerifyGenerator:
             return
         run.drafter.observe(StepResult(draft=verdict.fed.tokens, top=verdict.scored.top,
                                        top_lprob=verdict.scored.top_lprob, accepted=verdict.accepted, count=count,
-                                       n_before=n_before, out=rows.out, hidden=verdict.hidden))
+                                       n_before=n_before, out=rows.out, hidden=verdict.hidden, n_after=rows.n_gen))
 
-    def _count_drafts(self, run: Run, verdict: Verdict, count: Tensor) -> Optional[Tensor]:
-        """Draft tokens accepted and proposed (stats, no sync); returns the slots the width policy
-        learns from: real draft tokens only (Jacobi also scores its PAD-initialised slots, which are
-        never accepted and say nothing about its drafts)."""
+    def _count_drafts(self, run: Run, verdict: Verdict):
+        """``(sent, proposed)`` ``(B,)`` for the synchronisation, or ``(None, None)`` when no draft
+        was fed: ``sent``, the slots the width policy learns from, real draft tokens only (Jacobi
+        also scores its PAD-initialised slots, which are never accepted and say nothing about its
+        drafts); ``proposed``, the slots each row sent, for the stats, where they differ from
+        ``sent`` (else None).  The stats are summed on the host (``_learn``)."""
         fed = verdict.fed
         if fed.size == 0:
-            return None
+            return None, None
         proposed = fed.lengths.clamp(max=fed.size)  # draft slots each row sent
-        if run.count_stats:
-            run.counters += torch.stack([torch.minimum(verdict.accepted, count).sum(), proposed.sum()])
-        return draft_lengths(fed.tokens, self.pad) if run.policy.adaptive else proposed
+        if not run.policy.adaptive:
+            return proposed, None
+        return draft_lengths(fed.tokens, self.pad), (proposed if run.count_stats else None)
 
     @staticmethod
     def _propose(run: Run, rows: Rows) -> Draft:
@@ -438,12 +447,15 @@ class DraftVerifyGenerator:
         return run.drafter.propose(rows.out, rows.n_gen, longest=longest)
 
     @staticmethod
-    def _sync(run: Run, rows: Rows, verdict: Verdict, ended: Tensor, sent: Optional[Tensor]) -> Synced:
+    def _sync(run: Run, rows: Rows, verdict: Verdict, ended: Tensor, sent: Optional[Tensor],
+              proposed: Optional[Tensor] = None) -> Synced:
         """The one host synchronisation of the iteration: finished rows, lengths, what the drafts
         achieved (for the width policy) and the longest next draft."""
         parts = {"done": ended.long(), "lengths": rows.n_gen}
         if sent is not None:
             parts["sent"], parts["got"] = sent, verdict.accepted
+        if proposed is not None:
+            parts["proposed"] = proposed
         if run.policy.adaptive and verdict.fed.asked:  # the drafter was asked: did it have a draft?
             parts["offered"] = verdict.fed.lengths.gt(0).long()
         if rows.draft.size and rows.draft.width is None:
@@ -462,8 +474,14 @@ class DraftVerifyGenerator:
         return synced
 
     @staticmethod
-    def _learn(run: Run, synced: Synced):
-        """The width policy learns what this call's draft achieved; the batch counts the call."""
+    def _learn(run: Run, rows: Rows, synced: Synced):
+        """The width policy learns what this call's draft achieved; the batch counts the call and,
+        for the stats, the draft tokens proposed and appended (``rows.lengths``: before this call)."""
+        if synced.got is not None and run.count_stats:
+            run.draft_tokens += sum(synced.proposed if synced.proposed is not None else synced.sent)
+            # an accepted draft token counts where it was appended (not cut at an EOS or the length limit)
+            run.draft_accepted += sum(min(got, after - before)
+                                      for got, after, before in zip(synced.got, synced.lengths, rows.lengths))
         if synced.sent is not None or synced.offered is not None:
             zeros = [0] * len(synced.done)
             run.policy.update(synced.sent or zeros, synced.got or zeros, synced.offered)
@@ -515,13 +533,12 @@ class DraftVerifyGenerator:
         stats["accepted_tokens"] += produced
         stats["produced_tokens"] += produced
         stats["sentences"] += bsz
-        da, dt = run.counters.tolist()
-        stats["draft_accepted"] += da
-        stats["draft_tokens"] += dt
+        stats["draft_accepted"] += run.draft_accepted
+        stats["draft_tokens"] += run.draft_tokens
 
-    def _lazy_columns(self, drafter: Drafter, device) -> bool:
+    def _lazy_columns(self, drafter: Drafter, host_reads: bool) -> bool:
         """Project the verifier's columns onto the vocabulary chunk by chunk, stopping once every row
-        has rejected a draft token?  Only on a CPU whose product with the (V, d) output matrix costs
+        has rejected a draft token?  Only where the host reads for free (a CPU), and whose product with the (V, d) output matrix costs
         about as much per row as rows are added (MKL's GEMM: d=128, V=8K, 55 us for 1 row, 278 for
         10): the columns after every row's first rejection are never used and each chunk's host read
         is free there.  Not where a packed kernel makes wide products cheap (``projection``: 104 us
@@ -531,7 +548,7 @@ class DraftVerifyGenerator:
             return False
         if self.lazy_verify is not None:
             return self.lazy_verify
-        return device.type == "cpu" and not self.verifier.wide_projection_is_cheap
+        return host_reads and not self.verifier.wide_projection_is_cheap
 
     def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int, max_len: int) -> Dict:
         tokens = out_row[1 : n + 1].clone()

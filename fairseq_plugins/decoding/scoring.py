@@ -7,12 +7,15 @@ the score break the same way.  On a CPU the columns are projected onto the vocab
 chunk until every row has rejected a draft token (:meth:`ColumnScorer.until_rejected`).
 """
 from dataclasses import dataclass
+from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule
 from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.iteration_cost import host_reads_free
 
 
 @dataclass
@@ -63,14 +66,14 @@ class ColumnScorer:
         return top, lprobs.gather(2, top.unsqueeze(2)).squeeze(2)
 
     def all_columns(self, logits: Tensor, cols: Columns, score: Tensor, draft: Tensor,
-                    acceptance: AcceptanceRule) -> Scored:
+                    acceptance: AcceptanceRule, on_host: Optional[bool] = None) -> Scored:
         lprobs = self.log_probs(logits, cols)
-        running = running_scores(score, lprobs, draft)
+        running = running_scores(score, lprobs, draft, on_host)
         top, top_lprob = self.top(lprobs, running)
         return Scored(lprobs, top, top_lprob, self._accepted(acceptance, draft, lprobs, top), running)
 
     def until_rejected(self, hidden: Tensor, cols: Columns, score: Tensor, draft: Tensor,
-                       acceptance: AcceptanceRule) -> Scored:
+                       acceptance: AcceptanceRule, on_host: Optional[bool] = None) -> Scored:
         """Score columns 0..1, then 2..3, 4..7, ... of the fed ``[last, d_1..d_{m-1}]`` until every row
         has a rejected draft token among them (acceptance rules are prefix rules: a row's accepted
         length is final once a column rejects).  Returns the first ``m'`` columns, ``m'`` = the
@@ -83,7 +86,7 @@ class ColumnScorer:
         while True:
             a, b = b, min(m, max(2, 2 * b))
             lp = self.log_probs(self.verifier.project(hidden[:, a:b]), cols.sub(a, b))
-            running = running_scores(before, lp, draft[:, a:b])  # (B, b - a [+ 1: before column b])
+            running = running_scores(before, lp, draft[:, a:b], on_host)  # (B, b - a [+ 1: before column b])
             parts.append((lp, *self.top(lp, running[:, : b - a]), running[:, : b - a]))
             before = running[:, -1]
             lprobs, top, top_lp, run = (t[0] if len(parts) == 1 else torch.cat(t, dim=1) for t in zip(*parts))
@@ -101,18 +104,29 @@ class ColumnScorer:
         return acceptance(draft, lprobs, top)
 
 
-def running_scores(score: Tensor, lprobs: Tensor, draft: Tensor) -> Tensor:
+def running_scores(score: Tensor, lprobs: Tensor, draft: Tensor, on_host: Optional[bool] = None) -> Tensor:
     """fairseq's running score before each fed position ``(B, m)``: the row's score, then the
     draft tokens' log-probs added one at a time (a draft token counts only while accepted,
-    and where one is rejected the later positions are not used).  A Python loop of float32 adds on
-    purpose (one kernel per draft column): fairseq adds one log-prob per step, and ``cumsum`` rounds
-    differently (on a CPU it accumulates in double, on a GPU it scans in parallel), which can break
-    a near-tie differently than fairseq does.  The engine reads a row's new score from it too."""
+    and where one is rejected the later positions are not used).  float32 adds one column at a time
+    on purpose: fairseq adds one log-prob per step, and ``cumsum`` rounds differently (on a CPU it
+    accumulates in double, on a GPU it scans in parallel), which can break a near-tie differently
+    than fairseq does.  The engine reads a row's new score from it too.
+
+    On a device whose tensors the host reads for free (a CPU: ``iteration_cost.host_reads_free``;
+    ``on_host`` forces either way) the column adds are numpy's on the same memory (each an IEEE
+    float32 add, as torch's): one torch operation per column costs more there than the adds."""
     if draft.size(1) == 0:
         return score.unsqueeze(1)
     lp = lprobs[:, : draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
     # past an inadmissible draft token only ties matter, not sums: every non-finite log-prob adds 0
     lp = torch.nan_to_num(lp, nan=0.0, posinf=0.0, neginf=0.0)
+    if host_reads_free(lp.device) if on_host is None else on_host:
+        columns = lp.numpy()
+        running = np.empty((lp.size(0), lp.size(1) + 1), dtype=np.float32)
+        running[:, 0] = score.numpy()
+        for j in range(lp.size(1)):
+            np.add(running[:, j], columns[:, j], out=running[:, j + 1])
+        return torch.from_numpy(running)
     running = [score]
     for column in lp.unbind(1):  # one operation for all the columns (a select per column cost one each)
         running.append(running[-1] + column)

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from fairseq_plugins.decoding.block_size import draft_lengths
 from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
 
 DEFAULT_BLOCK_SIZE = 5
@@ -75,6 +76,12 @@ class DraftContext:
     encoder_out: Optional[dict] = None  # the verifier's encoder output (a drafter reading it: the shallow GAD drafter)
     # the verifier's output projection (``projection.VocabProjection``, refreshed for the batch): heads that share it (blockwise)
     vocab_projection: Optional[object] = None
+    # the host reads the batch's tensors for one operation, waiting for nothing (a CPU): a drafter may keep
+    # its state on the host (None: decide by the device, ``iteration_cost.host_reads_free``)
+    host_reads: Optional[bool] = None
+
+    def reads_free(self) -> bool:
+        return host_reads_free(self.src_tokens.device) if self.host_reads is None else self.host_reads
 
 
 @dataclass
@@ -130,6 +137,11 @@ class StepResult:
     n_before: Tensor     # (B,) tokens generated before this step
     out: Tensor          # (B, W) the output buffer after this step
     hidden: Optional[Tensor] = None  # (B, m, d) verifier's last hidden states (before the output projection)
+    n_after: Optional[Tensor] = None  # (B,) n_before + count, as the engine holds it (None: the drafter adds them)
+
+    def generated(self) -> Tensor:
+        """``(B,)`` tokens generated after this step."""
+        return self.n_after if self.n_after is not None else self.n_before + self.count
 
 
 class Drafter:

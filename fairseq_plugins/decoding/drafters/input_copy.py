@@ -21,11 +21,20 @@ Details, as Alg. 1 and the paper's implementation notes (§3.1.2):
 * the draft is capped at ``k`` = ``--block-size`` tokens per call (the paper copies the whole rest;
   pass a large ``--block-size`` for that).
 
+Two ways to keep the anchors, the same drafts (tests compare them): batched tensor operations on
+the device, with no host synchronisation (a GPU); or, where reading a tensor costs one operation and
+waits for nothing (a CPU, ``iteration_cost.host_reads_free``), on the host (:class:`HostAnchors`):
+the source's n-grams in a dict per row, re-anchoring a lookup.  At batch 1 on a CPU an iteration's
+time is mostly a cost per operation: the host path makes about 8 where the tensor path makes 31.
+
 Source and target must share the vocabulary; with different dictionaries the source ids are
 mapped to target ids through their strings (``<unk>`` where the target lacks a piece).
 """
+from typing import List, Optional
+
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
 
@@ -49,6 +58,7 @@ class InputCopyDrafter(BlockDrafter):
             raise ValueError(f"--copy-ngram must be 1, 2 or 3 (got {ngram})")
         self.q = ngram
         self.src_to_tgt = src_to_tgt  # LongTensor id map, or None when the dictionaries are one
+        self.host: Optional[HostAnchors] = None  # the anchors on the host, where reads are free (begin)
 
     @classmethod
     def from_config(cls, cfg, task, models=()):
@@ -64,6 +74,14 @@ class InputCopyDrafter(BlockDrafter):
             self.src_to_tgt = self.src_to_tgt.to(src.device)
             src = torch.where(src == ctx.pad, src, self.src_to_tgt[src])
         bsz, slen = src.shape
+        # a tail of PAD/sentinel columns past every source, one draft (plus the verifier's token) wide:
+        # an anchor there drafts nothing, and no index computed below needs a bound or a clamp
+        tail = self.block + 2
+        self.lost = slen + 2  # the anchor of a row that has none (Alg. 1: decode one token per call)
+        self.stale = False
+        self.host = HostAnchors(src, ctx, self.block, self.q, self.lost, slen + 2 + tail) if ctx.reads_free() else None
+        if self.host is not None:
+            return
         # left-align every source (fairseq left-pads by default) behind a BOS slot:
         # x = [BOS, x_1 .. x_n, EOS, PAD, PAD ...], n + 1 = src_lengths (incl. EOS)
         lengths = ctx.src_lengths.to(src.device)
@@ -75,10 +93,6 @@ class InputCopyDrafter(BlockDrafter):
         x[:, 1 : slen + 1] = left
         x[:, 0] = ctx.bos
         x = torch.where(pos <= lengths.unsqueeze(1), x, torch.full_like(x, ctx.pad))
-        # a tail of PAD/sentinel columns past every source, one draft (plus the verifier's token) wide:
-        # an anchor there drafts nothing, and no index computed below needs a bound or a clamp
-        tail = self.block + 2
-        self.lost = slen + 2  # the anchor of a row that has none (Alg. 1: decode one token per call)
         self.x = torch.cat([x, x.new_full((bsz, tail), ctx.pad)], dim=1)  # draft source (PAD after EOS = sentinel)
         match = x.clone()                            # what output n-grams are matched against
         match[:, 0] = _NO_MATCH
@@ -89,7 +103,6 @@ class InputCopyDrafter(BlockDrafter):
         self.back = torch.arange(self.q, device=src.device)  # _rematch: 0..q-1 tokens back
         self.powers = _BASE ** self.back
         self.keys, self.rank = self._ngram_table(self.match.long())
-        self.stale = False
 
     def _ngram_table(self, match):
         """Once per batch, for _rematch: ``keys[b, n-1, e]``, the n-gram of ``x`` ending at ``e`` as one
@@ -105,6 +118,9 @@ class InputCopyDrafter(BlockDrafter):
         return keys, rank
 
     def propose(self, out, n_gen, longest=None):
+        if self.host is not None:
+            stale, self.stale = self.stale, False
+            return self.host.propose(out, n_gen, stale)
         if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
             self.anchor, self.stale = self._rematch(out, n_gen), False
         return Draft.of(self.x.gather(1, self.anchor.unsqueeze(1) + self.slots), self.ctx.pad)
@@ -113,7 +129,10 @@ class InputCopyDrafter(BlockDrafter):
         if step.draft.size(1) == 0:  # a plain step (nothing was drafted): re-anchor only when drafting again
             self.stale = True
             return
-        n_after = step.n_before + step.count
+        if self.host is not None:
+            self.host.observe(step)
+            return
+        n_after = step.generated()
         last = step.out.gather(1, n_after.unsqueeze(1))
         # still on the copy: the verifier's token after the accepted copy is the next source token
         # (in the tail, or from a lost anchor, the sentinel never matches)
@@ -137,10 +156,77 @@ class InputCopyDrafter(BlockDrafter):
         return torch.where(best.remainder(2) == 1, at.remainder(self.keys.size(2)), self.lost)
 
     def select_rows(self, rows):
+        if self.host is not None:
+            self.host.select_rows(rows)
+            return
         self.x = self.x.index_select(0, rows)
         self.match = self.match.index_select(0, rows)
         self.anchor = self.anchor.index_select(0, rows)
         self.keys, self.rank = self.keys.index_select(0, rows), self.rank.index_select(0, rows)
+
+
+class HostAnchors:
+    """IAD's anchors on the host, for a device whose tensors the host reads for one operation (a
+    CPU): the same drafts as the tensor path, in about 8 operations per iteration instead of 31.
+
+    Per row: ``x`` = ``[BOS, x_1..x_n, EOS, PAD...]`` as a list (the tensor path's layout, its
+    PAD tail included, so an anchor's slice never runs off the end), and ``ngrams``: every n-gram of
+    ``x_1..`` (n = 1..q) -> the index of its last token, or None where it occurs more than once."""
+
+    def __init__(self, src: Tensor, ctx, block: int, q: int, lost: int, width: int):
+        self.block, self.q, self.lost, self.pad = block, q, lost, ctx.pad
+        self.device = src.device
+        self.x, self.ngrams = [], []
+        self.real = ctx.src_lengths.tolist()  # x_1..x_n and EOS
+        for row, length in zip(src.tolist(), self.real):
+            x = [ctx.bos] + [t for t in row if t != ctx.pad][:length]  # left-aligned, as the tensor path's
+            self.x.append(x + [ctx.pad] * (width - len(x)))
+            table = {}
+            for e in range(1, len(x)):
+                for n in range(1, min(q, e) + 1):
+                    key = tuple(x[e - n + 1 : e + 1])
+                    table[key] = None if key in table else e
+            self.ngrams.append(table)
+        self.anchor = [0] * len(self.x)  # o_0 = x_0 = BOS
+
+    def _tails(self, out: Tensor, n: List[int]) -> List[List[int]]:
+        """Each row's last ``q`` output tokens (oldest first; clamped at ``out[:, 0]`` for short rows)."""
+        index = [[max(k - j, 0) for j in range(self.q - 1, -1, -1)] for k in n]
+        return out.gather(1, torch.tensor(index, device=out.device)).tolist()
+
+    def _rematch(self, b: int, tail: List[int], n: int) -> int:
+        """The source index of the unique occurrence of the output's last n-gram, for the longest
+        n <= q that occurs at all (as the tensor path's ranks), else the lost anchor."""
+        for m in range(min(self.q, n), 0, -1):
+            key = tuple(tail[self.q - m :])
+            if key in self.ngrams[b]:
+                at = self.ngrams[b][key]
+                return self.lost if at is None else at
+        return self.lost
+
+    def propose(self, out: Tensor, n_gen: Tensor, stale: bool) -> Draft:
+        if stale:  # plain steps since the last draft: anchor on the output's last q-gram
+            n = n_gen.tolist()
+            self.anchor = [self._rematch(b, tail, k) for b, (tail, k) in enumerate(zip(self._tails(out, n), n))]
+        tokens, lengths = [], []
+        for x, a in zip(self.x, self.anchor):
+            draft = x[a + 1 : a + 1 + self.block]
+            tokens.append(draft)
+            lengths.append(draft.index(self.pad) if self.pad in draft else len(draft))
+        return Draft(torch.tensor(tokens, device=self.device), torch.tensor(lengths, device=self.device))
+
+    def observe(self, step: StepResult):
+        n_after, count = step.generated().tolist(), step.count.tolist()
+        for b, tail in enumerate(self._tails(step.out, n_after)):
+            # still on the copy: the verifier's token after the accepted copy is the next source token
+            nxt = self.anchor[b] + count[b]
+            same = 1 <= nxt <= self.real[b] and self.x[b][nxt] == tail[-1]
+            self.anchor[b] = nxt if same else self._rematch(b, tail, n_after[b])
+
+    def select_rows(self, rows: Tensor):
+        keep = rows.tolist()
+        self.x, self.ngrams, self.real, self.anchor = (
+            [values[i] for i in keep] for values in (self.x, self.ngrams, self.real, self.anchor))
 
 
 def source_to_target_map(src_dict, tgt_dict):

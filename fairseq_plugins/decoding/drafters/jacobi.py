@@ -94,7 +94,7 @@ class JacobiDrafter(BlockDrafter):
         self.guess.scatter_(1, idx, step.top)  # Jacobi update: y^{k+1} = argmax p(. | y^k)
         if self.record:
             self.guess_prob.scatter_(1, idx, step.top_lprob.exp())
-            n_after = step.n_before + step.count
+            n_after = step.generated()
             self.history.append({
                 "guess": self.guess.clone(), "prob": self.guess_prob.clone(), "n_gen": n_after.clone(),
                 "fed_upto": (step.n_before + m).clone(),
