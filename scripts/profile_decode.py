@@ -37,6 +37,7 @@ import functools
 import importlib
 import json
 import re
+import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,6 +226,48 @@ def profile_row(runner, device, points=POINTS):
     return summarize(prof.events(), labels, plain, device != "cpu", points)
 
 
+def iteration_intervals(runner, passes=2):
+    """What each engine iteration cost, by its kind: ``{(width, asked): [seconds, ...]}`` over
+    ``passes`` passes of the runner's timed batches, as the engine itself times them for its width
+    policy (``iteration_cost``: from one host synchronisation to the next, process CPU time on a
+    CPU; ``width``: draft slots scored, ``asked``: a draft proposed inside the interval).  The
+    policy's ``timed`` is wrapped for the passes only.  None for a generator that is not the engine."""
+    policies = [getattr(runner.generator, "policy", None)] + list(getattr(runner.generator, "policies", {}).values())
+    policies = [p for p in policies if p is not None]
+    if not policies:
+        return None
+    seen = {}
+
+    def recorder(timed):
+        def record(width, asked, seconds):
+            seen.setdefault((width, bool(asked)), []).append(seconds)
+            return timed(width, asked, seconds)
+        return record
+
+    for policy in policies:
+        policy.timed = recorder(policy.timed)
+    try:
+        for _ in range(passes):
+            runner.decode(runner.timed_batches)
+        runner.sync()
+    finally:
+        for policy in policies:
+            del policy.timed
+    return seen
+
+
+def intervals_markdown(seen, unit=None):
+    """Per kind of iteration: how many, median ms and, given ``unit`` (a plain engine step's
+    seconds), the median in plain steps."""
+    head = ["draft slots scored", "draft proposed", "iterations", "median ms"] + (["plain steps"] if unit else [])
+    rows = []
+    for (width, asked), times in sorted(seen.items()):
+        med = statistics.median(times)
+        rows.append([str(width), "yes" if asked else "no", str(len(times)), f"{med * 1e3:.3f}"]
+                    + ([f"{med / unit:.2f}"] if unit else []))
+    return tabulate(rows, headers=head, tablefmt="pipe", disable_numparse=True)
+
+
 def summarize(events, labels, plain_seconds, on_device=False, points=POINTS):
     """Per label: total ms (its outermost calls, so a recursive or repeated wrap counts once),
     calls, nesting depth (labelled ancestors), whether it is top level, and the top-level torch
@@ -331,6 +374,9 @@ def main(argv=None):
     ap.add_argument("--max-len-b", type=int, default=10)
     ap.add_argument("--engine-steps", action="store_true",
                     help="also the engine's named steps of an iteration (_verify, _append, ...) and its scoring")
+    ap.add_argument("--intervals", action="store_true",
+                    help="also what each engine iteration costs by draft width (two more passes per row; in plain "
+                         "steps when a row without a drafter, --drafter none, is profiled first)")
     ap.add_argument("--out", default=None, help="folder for profile.json and profile.md")
     args = ap.parse_args(argv)
     import torch
@@ -344,6 +390,7 @@ def main(argv=None):
             raise benchmark.BenchmarkError("no row to profile: check --only")
         corpus = benchmark.Corpus(args.data)
         report, text = [], []
+        plain_unit = {}  # batch size -> a plain engine step's seconds (the --drafter none row's intervals)
         for row in rows:
             if row.get("backend", "fairseq") != "fairseq":
                 print(f"[profile] skipping '{row['method']}': torch's profiler does not see {row['backend']}")
@@ -361,6 +408,12 @@ def main(argv=None):
                     summary.update(method=row["method"], args=row_args, beam=beam, batch_size=bs,
                                    sentences=n, device=args.device, dtype="fp16" if args.fp16 else "fp32",
                                    threads=args.threads)
+                    if args.intervals:
+                        seen = iteration_intervals(runner)
+                        if seen:
+                            if "--drafter none" in row_args and (bs not in plain_unit):
+                                plain_unit[bs] = statistics.median(t for times in seen.values() for t in times)
+                            summary["intervals"] = {f"{w},{int(a)}": times for (w, a), times in seen.items()}
                     report.append(summary)
                     calls = next((c["calls"] for c in summary["components"] if c["label"] == "decoder call"), 0)
                     per_call = f", {summary['operations'] / calls:.1f} per decoder call" if calls else ""
@@ -368,6 +421,8 @@ def main(argv=None):
                             f"{summary['plain_seconds']:.3f} s plain, {summary['profiled_seconds']:.3f} s profiled, "
                             f"{summary['operations']} torch operations{per_call}")
                     text.append(head + "\n\n" + markdown(summary) + "\n")
+                    if summary.get("intervals"):
+                        text[-1] += "\n" + intervals_markdown(seen, plain_unit.get(bs)) + "\n"
                     print("\n" + text[-1], flush=True)
                     del runner
     except benchmark.BenchmarkError as e:

@@ -111,3 +111,20 @@ def test_engine_steps_split_an_iteration_and_its_operations(engine_runner):
     top = [c for c in summary["components"] if c["depth"] == 0]
     assert sum(c["ops"] for c in top) == summary["operations"]  # the rest included: nothing lost, nothing twice
     assert by["engine: learn"]["ops"] == 0  # the width policy's bookkeeping is host arithmetic
+
+
+def test_iteration_intervals_are_the_engines_own_timings_by_width(engine_runner):
+    """--intervals: every timed iteration of the passes, by (draft width, proposed), as the engine
+    times them for its width policy; the policy's own ``timed`` is back afterwards."""
+    gen = engine_runner.generator
+    timed = gen.policy.timed
+    calls_before = gen.stats["model_calls"]
+    seen = profile_decode.iteration_intervals(engine_runner, passes=1)
+    calls = gen.stats["model_calls"] - calls_before
+    # every iteration but each batch's first (its interval holds the encoder) and those that warmed a kernel
+    assert calls - 2 * len(engine_runner.timed_batches) <= sum(map(len, seen.values())) < calls
+    assert all(w <= 3 for w, _ in seen) and any(w == 3 for w, _ in seen)  # --block-size 3, fixed width
+    assert all(t > 0 for times in seen.values() for t in times)
+    assert "timed" not in vars(gen.policy) and gen.policy.timed == timed
+    table = profile_decode.intervals_markdown(seen, unit=1e-3)
+    assert table.count("\n|") == 1 + len(seen)
