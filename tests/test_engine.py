@@ -138,6 +138,25 @@ def test_stats_accumulate_and_reset(setup):
 
 # ---- scoring only the columns some row uses (CPU) ----
 
+@pytest.mark.parametrize("drafter", ["input_copy", "jacobi_hgj"])
+def test_reading_the_host_on_a_cpu_changes_nothing(setup, drafter):
+    """On a CPU the engine reads the host where it is free (IAD's anchors, the running scores, the
+    verifier's token by max); as on a GPU (``host_reads = False``) it reads only its one sync.
+    Hypotheses, scores bit for bit, and every count agree."""
+    models, task, batches, _ = setup
+    results = []
+    for reads in (False, True):
+        gen = engine(models, task, drafter, block_size=7, adaptive_block_size="off")
+        gen.host_reads, gen.lazy_verify = reads, False  # the same products either way (chunks would round otherwise)
+        hyps = {**decode_all(gen, models, batches[8]), **{-1 - k: h for k, h in
+                                                          decode_all(gen, models, batches[1][:12]).items()}}
+        results.append((hyps, dict(gen.stats)))
+    (device, device_stats), (host, host_stats) = results
+    assert mismatches(device, host) == []
+    assert all(torch.equal(device[k]["positional_scores"], host[k]["positional_scores"]) for k in device)
+    assert device_stats == host_stats and host_stats["draft_accepted"] > 0
+
+
 @pytest.mark.parametrize("acceptance", ["exact", "topk", "min_block", "gad_pp"])
 def test_scoring_until_every_row_rejected_changes_nothing(setup, acceptance):
     """The engine projects the fed columns chunk by chunk and stops once every row has rejected a

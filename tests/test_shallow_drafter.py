@@ -287,7 +287,8 @@ def test_batched_gad_with_the_shallow_drafter_syncs_once_per_iteration(setup, re
     models, task, batches, refs = setup
     gen = shallow(models, task, request.getfixturevalue(drafter), acceptance=acceptance, block_size=BLOCK,
                   adaptive_block_size="off")
-    gen.lazy_verify = False  # every column projected at once, as on a GPU (chunked scoring reads the host by design)
+    # as on a GPU: every column projected at once, nothing read on the host but the sync (on a CPU the engine reads by design)
+    gen.lazy_verify, gen.host_reads = False, False
     few = batches[8][:3]
     decode_all(gen, models, few[:1])  # warm (one-off preparations: the positional table)
     gen.reset_stats()
