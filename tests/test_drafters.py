@@ -157,6 +157,7 @@ def test_input_copy_reanchoring_matches_a_plain_search(q):
             src[b, : slen - lengths[b]] = PAD
             src[b, -1] = EOS
         d, h = InputCopyDrafter(block_size=3, ngram=q), InputCopyDrafter(block_size=3, ngram=q)
+        h.host_rows = bsz
         d.begin(ctx(src.tolist(), host_reads=False))
         h.begin(ctx(src.tolist(), host_reads=True))
         out = torch.full((bsz, 20), PAD)
@@ -209,6 +210,7 @@ def _random_run(on_host, seed, q, k=3):
         src[b, slen - length :] = torch.tensor([g.randint(10, 13) for _ in range(length)])
         src[b, -1] = EOS
     d = InputCopyDrafter(block_size=k, ngram=q)
+    d.host_rows = bsz  # the host path for the whole batch (by default only for one row)
     d.begin(ctx(src.tolist(), max_len=30, width=60, host_reads=on_host))
     out = torch.full((bsz, 60), PAD)
     out[:, 0] = BOS
@@ -238,3 +240,15 @@ def test_input_copy_host_anchors_draft_what_the_tensor_path_drafts(q):
     the same drafts through copies, bifurcations, plain steps, re-anchoring and dropped rows."""
     for seed in range(120):
         assert _random_run(True, seed, q) == _random_run(False, seed, q), seed
+
+
+def test_input_copy_keeps_one_rows_anchors_on_a_cpus_host_and_a_batchs_in_tensors():
+    """The host path where it wins on any CPU (one row: a handful of operations against ~30), the
+    tensor path for a batch (its operations do not grow with the rows) and wherever reads wait."""
+    d = InputCopyDrafter(block_size=3, ngram=2)
+    d.begin(ctx([[10, 11, 12, EOS]]))  # a CPU: reads are free
+    assert d.host is not None
+    d.begin(ctx([[10, 11, 12, EOS], [PAD, 13, 14, EOS]]))
+    assert d.host is None
+    d.begin(ctx([[10, 11, 12, EOS]], host_reads=False))  # as on a GPU
+    assert d.host is None

@@ -377,30 +377,6 @@ def test_half_precision_decodes_on_cpu(tiny_corpus, tiny_model, drafter):
     assert same >= 0.9, same
 
 
-def test_the_verifiers_token_breaks_ties_as_fairseqs_topk():
-    """On a CPU the verifier's token is a ``max`` (half a ``topk``'s time); where a column's maximum
-    is shared, it is still ``topk``'s pick (which is not the first index: here 100 before 3), also
-    for a tie made by adding the running score and for a column that is -inf everywhere."""
-    from fairseq_plugins.decoding.constraints import GreedyConstraints
-    from fairseq_plugins.decoding.scoring import ColumnScorer
-
-    scorer = ColumnScorer(None, GreedyConstraints(2, 1, 3, 8000), 1.0, 8000)
-    g = torch.Generator().manual_seed(0)
-    lprobs = torch.randn(3, 4, 8000, generator=g).log_softmax(-1)
-    running = torch.randn(3, 4, generator=g) * 30
-    lprobs[0, 1, [3, 100, 7000]] = 5.0  # an exact tie
-    lprobs[1, 2] = -math.inf            # nothing admissible
-    lprobs[2, 0, 10], lprobs[2, 0, 11] = 0.0, -1e-7  # apart, but one float32 value once 1000 is added
-    running[2, 0] = 1000.0
-    assert lprobs[2, 0, 10] + running[2, 0] == lprobs[2, 0, 11] + running[2, 0]
-    fast, fast_lp = scorer.top(lprobs, running, on_host=True)
-    slow, slow_lp = scorer.top(lprobs, running, on_host=False)
-    assert torch.equal(fast, slow) and torch.equal(fast_lp, slow_lp)
-    assert fast[0, 1] == (lprobs[0, 1] + running[0, 1]).topk(2).indices[0]
-    untied = lprobs[:, 3:] + running[:, 3:].unsqueeze(2)
-    assert torch.equal(fast[:, 3], untied.argmax(dim=2)[:, 0])
-
-
 @pytest.mark.parametrize("on_host", [False, True], ids=["torch adds", "numpy adds on the host"])
 def test_running_scores_add_one_float32_log_prob_per_column_as_fairseq(on_host):
     """The running score before each fed column is the row's score plus the draft tokens' log-probs

@@ -3,7 +3,7 @@ and the acceptance rule (docs/METHODS.md §2, steps 2-3 of the engine).
 
 The verifier's token at every column is picked where fairseq's ``BeamSearch.step`` picks it: topk
 over the log-probs plus the running score before the column, so exact ties and ties made by adding
-the score break the same way (where the host reads for free, ``max`` and ``topk`` only for a tie).  On a CPU the columns are projected onto the vocabulary chunk by
+the score break the same way.  On a CPU the columns are projected onto the vocabulary chunk by
 chunk until every row has rejected a draft token (:meth:`ColumnScorer.until_rejected`).
 """
 from dataclasses import dataclass
@@ -59,29 +59,17 @@ class ColumnScorer:
         return self.constraints.apply(lprobs, cols.steps, cols.max_len, min_step=cols.min_step,
                                       max_step=cols.first_max + cols.steps.size(-1) - 1)
 
-    def top(self, lprobs: Tensor, running: Tensor, on_host: bool = False):
+    def top(self, lprobs: Tensor, running: Tensor):
         """The verifier's token at every column (topk over lprobs + the running score before the
-        column, as fairseq's BeamSearch.step) and its log-prob.  ``on_host`` (the host reads for
-        free, a CPU) and several columns: ``max``, half a ``topk``'s time at 11 columns of 8K; where
-        a column's maximum is not unique its index is ``topk``'s, as fairseq breaks the tie (one
-        host read says so).  For one column (a plain step) ``topk`` costs about what ``max`` and
-        the tie check do."""
-        total = lprobs + running.unsqueeze(2)
-        k = 2 if self.vocab_size > 2 else 1
-        if on_host and total.size(1) > 1:
-            best, top = total.max(dim=2)
-            if bool(total.eq(best.unsqueeze(2)).sum(dim=2).gt(1).any()):  # a tie (NaN/-inf rows included)
-                top = total.topk(k, dim=2).indices[..., 0]
-        else:
-            top = total.topk(k, dim=2).indices[..., 0]
+        column, as fairseq's BeamSearch.step) and its log-prob."""
+        top = (lprobs + running.unsqueeze(2)).topk(2 if self.vocab_size > 2 else 1, dim=2).indices[..., 0]
         return top, lprobs.gather(2, top.unsqueeze(2)).squeeze(2)
 
     def all_columns(self, logits: Tensor, cols: Columns, score: Tensor, draft: Tensor,
                     acceptance: AcceptanceRule, on_host: Optional[bool] = None) -> Scored:
-        on_host = host_reads_free(logits.device) if on_host is None else on_host
         lprobs = self.log_probs(logits, cols)
         running = running_scores(score, lprobs, draft, on_host)
-        top, top_lprob = self.top(lprobs, running, on_host)
+        top, top_lprob = self.top(lprobs, running)
         return Scored(lprobs, top, top_lprob, self._accepted(acceptance, draft, lprobs, top), running)
 
     def until_rejected(self, hidden: Tensor, cols: Columns, score: Tensor, draft: Tensor,
@@ -93,14 +81,13 @@ class ColumnScorer:
         column's log-probs depend on that column only; the running score only on earlier columns).
         Each chunk but the last costs a host read (this path is for CPUs, where it is free)."""
         m = hidden.size(1)
-        on_host = host_reads_free(hidden.device) if on_host is None else on_host
         parts = []
         b, before = 0, score  # ``before``: the running score before column ``b``
         while True:
             a, b = b, min(m, max(2, 2 * b))
             lp = self.log_probs(self.verifier.project(hidden[:, a:b]), cols.sub(a, b))
             running = running_scores(before, lp, draft[:, a:b], on_host)  # (B, b - a [+ 1: before column b])
-            parts.append((lp, *self.top(lp, running[:, : b - a], on_host), running[:, : b - a]))
+            parts.append((lp, *self.top(lp, running[:, : b - a]), running[:, : b - a]))
             before = running[:, -1]
             lprobs, top, top_lp, run = (t[0] if len(parts) == 1 else torch.cat(t, dim=1) for t in zip(*parts))
             accepted = self._accepted(acceptance, draft[:, :b], lprobs, top)
