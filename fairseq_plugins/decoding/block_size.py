@@ -188,13 +188,14 @@ class AdaptiveBlock(FixedBlock):
         reach = sum(q * pb for q, pb in zip(self.q, p)) / n  # mean_b q_b p_b: slot 1 accepted
         gain = 1.0
         widest = self.costs.widest(self.start_rows)
+        cost = self.costs.pricing(self.start_rows, True)
         best, best_rate = 0, 0.0
         for w in range(1, self.k + 1):
             if w > 1:
                 reach *= self.slots.conditional(w, mean_p)  # slot w accepted, given slots 1..w-1 were
             gain += reach  # + the w-th slot's expected tokens
             priced = min(w, widest) if widest else w  # wider than any call timed: no dearer than the widest, until timed
-            rate = gain / self.costs.relative_cost(self.start_rows, priced, True)
+            rate = gain / cost(priced)
             if rate > best_rate:
                 best, best_rate = w, rate
         return best, best_rate
