@@ -83,12 +83,13 @@ def test_a_drafter_whose_proposal_costs_a_step_must_earn_it():
 def test_an_unmeasured_device_times_one_idle_iteration_first():
     policy = AdaptiveBlock()
     policy.begin(1, 4)
+    assert policy.width() >= 1  # the batch's first call: its interval holds the encoder and is never timed
     for _ in range(6):
         policy.update([4], [4], offered=[1])
     assert policy.width() == 0 and not policy.expects_draft()  # the yardstick: no draft scored, none asked
     assert policy.width() >= 1  # once only
     policy.begin(1, 4)
-    assert policy.width() == 0  # still no idle iteration timed: asked again in the next batch
+    assert policy.width() >= 1 and policy.width() == 0  # still no idle iteration timed: asked again in the next batch
     policy.timed(0, False, PLAIN)
     policy.begin(1, 4)
     for _ in range(6):
@@ -232,7 +233,7 @@ def test_a_row_whose_drafter_has_nothing_to_offer_stops_being_asked():
         widths.append(policy.width())
         asked += policy.expects_draft()
         policy.update([0, 0], [0, 0], offered=[0, 0])  # asked, nothing offered, a plain call
-    assert widths[:2] == [1, 0]  # closed after one empty ask (p = P_START: q p < theta at q = 0.75)
+    assert widths[:3] == [1, 1, 0]  # closed after two empty asks (p = P_START, q = 0.56: a slot no longer pays)
     assert sum(widths) <= 3 and asked <= 6  # then only probes (gaps doubling), and the asks just before them
     # the same rows with drafts offered (and accepted) keep the width open
     policy = cpu_policy()
@@ -402,3 +403,24 @@ def test_an_idle_policy_refits_nothing_until_its_probe():
     calls["n"] = 0
     widths = [policy.width() for _ in range(PROBE - 2)]
     assert widths == [0] * (PROBE - 2) and calls["n"] == 0  # counting down: no fit evaluated
+
+
+def test_an_ask_without_a_draft_is_priced_as_the_ask_alone():
+    """IAD has a draft in only some of its asks (typo correction: ~60%); an ask without one scores no
+    slot and costs the ask alone, not a wide call.  Drafts that are fully accepted when there, a
+    third of the time, and ten slots at 7.3 plain steps: drafting pays (4.3 tokens for ~3.3 plain
+    steps), though it would not if every ask cost the wide call (4.3 tokens for 7.3)."""
+    policy = AdaptiveBlock(costs=timed_costs({1: 0.5}, draft=0.3, verify=1.0, widths=11))
+    policy.begin(1, 10)
+    for _ in range(12):
+        policy.update([10], [10], offered=[1])
+        policy.update([0], [0], offered=[0])
+        policy.update([0], [0], offered=[0])
+    assert 0.2 < policy.q[0] < 0.5 and policy.width() == 10
+    never = AdaptiveBlock(costs=timed_costs({1: 0.5}, draft=0.3, verify=1.0, widths=11))
+    never.begin(1, 10)
+    for _ in range(12):
+        never.update([10], [10], offered=[1])
+    for _ in range(12):
+        never.update([0], [0], offered=[0])  # the drafter stopped having drafts: the ask alone does not pay
+    assert never.width() == 0

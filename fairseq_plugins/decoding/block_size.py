@@ -12,16 +12,18 @@ speculative decoding, decided here for the whole batch):
   ``p`` and the width open forever: measured on the en-de demo model, the timed set's last batch
   asked IAD for a draft in 126 of 132 iterations and got 26 draft tokens in all);
 * the width ``w`` is the one with the most expected tokens per unit of time (issue "lossless
-  drafting that pays"): ``(1 + sum_{j<=w} mean_b(q_b p_b) prod_{2<=i<=j} h_i) / c(w)``, at most
-  ``--block-size``
-  slots, where ``c(w) = 1 + draft + verify + w slot`` (in plain steps; ``c(0) = 1``: greedy without
+  drafting that pays"): ``(1 + sum_{j<=w} mean_b(q_b p_b) prod_{2<=i<=j} h_i) / (o c(w) + (1 - o)
+  c_ask)``, at most ``--block-size`` slots, where ``o = 1 - prod_b (1 - q_b)`` is the chance that some
+  row has a draft (without one the call scores no slot and costs only the ask, ``c_ask = 1 +
+  draft``), ``c(w) = 1 + draft + verify + w slot`` (in plain steps; ``c(0) = 1``: greedy without
   proposals) is what an iteration costs *on this device*, measured while decoding
   (``iteration_cost.IterationCosts``), so the same code drafts wider on a GPU, where a wide call
   costs about what a narrow one does, than on a CPU; a width wider than any call timed so far is
   priced as the widest one timed (optimism until measured: fitted only on narrow calls, the line
   overprices wide ones, and a width never tried is never measured); inside that width every row
   sends its draft (the width is paid for anyway); once per batch-size bucket an idle iteration (no
-  draft scored, none proposed) is timed as the yardstick; p pools the draft tokens of the row's
+  draft scored, none proposed) is timed as the yardstick (never on a batch's first call, whose
+  interval holds the encoder and is not timed); p pools the draft tokens of the row's
   calls (discounted by ``EMA`` per call, the prior counting as ``PSEUDO`` tokens), and ``h_i`` is
   the run's acceptance of slot i given the slots before it (``SlotAcceptance``);
 * when no slot pays (width 0: a plain greedy step), a probe at the best-paying width is tried now and then (after
@@ -156,6 +158,7 @@ class AdaptiveBlock(FixedBlock):
         self.k = k
         self.start_rows = bsz  # slots are priced at the batch's size at the start: see the module docstring
         self.yardstick = not self.costs.has_plain(bsz)  # time one idle iteration in this bucket first
+        self.first_call = True  # a batch's first interval holds the encoder and is never timed: no yardstick there
         self._learn(range(len(self.g)))  # the previous batch's last rows
         start = self.prior_p
         if not self.probe:
@@ -189,13 +192,17 @@ class AdaptiveBlock(FixedBlock):
         gain = 1.0
         widest = self.costs.widest(self.start_rows)
         cost = self.costs.pricing(self.start_rows, True)
+        none_offered = 1.0
+        for q in self.q:
+            none_offered *= 1.0 - q
+        asked_only = none_offered * cost(0)  # no row has a draft: the call scores no slot, the ask is paid
         best, best_rate = 0, 0.0
         for w in range(1, self.k + 1):
             if w > 1:
                 reach *= self.slots.conditional(w, mean_p)  # slot w accepted, given slots 1..w-1 were
             gain += reach  # + the w-th slot's expected tokens
             priced = min(w, widest) if widest else w  # wider than any call timed: no dearer than the widest, until timed
-            rate = gain / cost(priced)
+            rate = gain / ((1.0 - none_offered) * cost(priced) + asked_only)
             if rate > best_rate:
                 best, best_rate = w, rate
         return best, best_rate
@@ -234,6 +241,7 @@ class AdaptiveBlock(FixedBlock):
             self.prior_q = (1 - CARRY) * self.prior_q + CARRY * self.q[i]
 
     def width(self):
+        first, self.first_call = self.first_call, False
         probe = self._may_probe()
         if self.settled and (self.wait > 1 or not probe):
             # p only changes with drafts: no width pays still; counting down to the next probe costs
@@ -251,7 +259,9 @@ class AdaptiveBlock(FixedBlock):
                 self.probing, width = True, self._best_width()[0]
                 self.probed = width
         self.idle = width == 0 and (self.wait > 1 or not probe)  # p only changes with drafts: the next width is 0 too
-        if width and self.yardstick and self.probe:  # one idle iteration, timed: what greedy costs here
+        # one idle iteration, timed: what greedy costs here (not on the batch's first call, which is never timed:
+        # a yardstick there was a plain step for nothing, and asked for again by the next batch)
+        if width and self.yardstick and self.probe and not first:
             self.yardstick, self.probing, self.idle, width = False, False, True, 0  # (Jacobi cannot resume: never)
         return width
 
