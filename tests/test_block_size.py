@@ -80,24 +80,47 @@ def test_a_drafter_whose_proposal_costs_a_step_must_earn_it():
     assert cheap.width() >= 1 and dear.width() == 0
 
 
-def test_an_unmeasured_device_times_one_idle_iteration_first():
+def test_an_unmeasured_device_times_idle_iterations_until_its_yardstick_holds():
+    """A policy that drafts at every step times no idle iteration of its own: it forces one at once
+    (not on the batch's first call, whose interval holds the encoder), then one every YARDSTICK_GAP
+    iterations until YARDSTICKS are timed, then one every REFRESH."""
+    from fairseq_plugins.decoding.block_size import REFRESH, YARDSTICK_GAP, YARDSTICKS
+
     policy = AdaptiveBlock()
     policy.begin(1, 4)
     assert policy.width() >= 1  # the batch's first call: its interval holds the encoder and is never timed
     for _ in range(6):
         policy.update([4], [4], offered=[1])
     assert policy.width() == 0 and not policy.expects_draft()  # the yardstick: no draft scored, none asked
-    assert policy.width() >= 1  # once only
-    policy.begin(1, 4)
-    assert policy.width() >= 1 and policy.width() == 0  # still no idle iteration timed: asked again in the next batch
-    policy.timed(0, False, PLAIN)
-    policy.begin(1, 4)
-    for _ in range(6):
+    widths = []
+    for _ in range(4 * YARDSTICK_GAP):  # its interval was not timed (a kernel met a new shape): asked again
+        widths.append(policy.width())
         policy.update([4], [4], offered=[1])
-    assert policy.width() >= 1
+    assert widths.count(0) == 4 and widths[YARDSTICK_GAP - 1] == 0
+    timed = []
+    for _ in range(REFRESH + YARDSTICKS * YARDSTICK_GAP):
+        w = policy.width()
+        timed.append(w)
+        policy.update([w], [w], offered=[1])
+        policy.timed(w, w > 0, PLAIN * (2 if w else 1))
+    idle = [i for i, w in enumerate(timed) if w == 0]
+    gaps = [b - a for a, b in zip(idle, idle[1:])]
+    assert policy.costs.idle_timed(1) >= YARDSTICKS
+    assert gaps[: YARDSTICKS - 1] == [YARDSTICK_GAP] * (YARDSTICKS - 1) and set(gaps[YARDSTICKS - 1 :]) == {REFRESH}
     jacobi = AdaptiveBlock(probe=False)  # cannot resume after a plain step: never forced
     jacobi.begin(1, 4)
+    jacobi.width()
     assert jacobi.width() >= 1
+
+
+def test_the_yardstick_is_the_mean_of_the_first_idle_intervals():
+    costs = IterationCosts()
+    for seconds in (2 * PLAIN, PLAIN, PLAIN, PLAIN):  # the first read under load
+        costs.observe(1, 0, False, seconds)
+    assert costs.buckets[1].plain == pytest.approx(1.25 * PLAIN) and costs.idle_timed(1) == 4
+    for _ in range(1000):  # then an EMA: the first read fades
+        costs.observe(1, 0, False, PLAIN)
+    assert costs.buckets[1].plain == pytest.approx(PLAIN, rel=1e-3)
 
 
 def test_width_grows_when_drafts_are_accepted_and_is_capped_by_k():
@@ -150,7 +173,7 @@ def test_a_probe_that_pays_restores_drafting():
         policy.update([4], [0])
     while policy.width() == 0:
         policy.update([0], [0])
-    for _ in range(3):
+    for _ in range(5):  # (at batch 1 the row's record weighs against the run's, RUN_PSEUDO tokens of rejections)
         policy.update([1], [1])  # the probe's draft token was accepted
     assert policy.width() >= 2
 
@@ -424,3 +447,29 @@ def test_an_ask_without_a_draft_is_priced_as_the_ask_alone():
     for _ in range(12):
         never.update([0], [0], offered=[0])  # the drafter stopped having drafts: the ask alone does not pay
     assert never.width() == 0
+
+
+def test_at_batch_1_one_rejection_does_not_stop_a_row_whose_run_drafts_well():
+    """Typo correction at batch 1: sentences of ~8 tokens whose first draft token is often a typo.
+    The run's drafts are mostly accepted, so a row keeps drafting after one rejection and one ask
+    without a draft (with its own short record alone it took plain steps to its end); a run whose
+    drafts fail stops drafting in its new sentences."""
+    policy = AdaptiveBlock(costs=timed_costs({1: 0.1}, draft=0.3, verify=0.8, widths=11))
+    for _ in range(10):  # sentences whose drafts were accepted
+        policy.begin(1, 10)
+        for _ in range(3):
+            w = policy.width()
+            policy.update([w], [w], offered=[1])
+    policy.begin(1, 10)
+    policy.width()
+    policy.update([10], [0], offered=[1])  # the first draft token rejected
+    policy.update([0], [0], offered=[0])   # re-anchoring found nothing
+    assert policy.width() == 10 and policy.expects_draft()
+    bad = AdaptiveBlock(costs=timed_costs({1: 0.1}, draft=0.3, verify=0.8, widths=11))
+    for _ in range(10):
+        bad.begin(1, 10)
+        for _ in range(3):
+            w = bad.width()
+            bad.update([w], [0], offered=[1])  # rejected at once
+    bad.begin(1, 10)
+    assert bad.width() == 0

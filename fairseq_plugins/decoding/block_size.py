@@ -21,9 +21,10 @@ speculative decoding, decided here for the whole batch):
   costs about what a narrow one does, than on a CPU; a width wider than any call timed so far is
   priced as the widest one timed (optimism until measured: fitted only on narrow calls, the line
   overprices wide ones, and a width never tried is never measured); inside that width every row
-  sends its draft (the width is paid for anyway); once per batch-size bucket an idle iteration (no
-  draft scored, none proposed) is timed as the yardstick (never on a batch's first call, whose
-  interval holds the encoder and is not timed); p pools the draft tokens of the row's
+  sends its draft (the width is paid for anyway); a policy that drafts at every step forces idle
+  iterations (no draft scored, none proposed) as the yardstick: one every ``YARDSTICK_GAP``
+  iterations until ``YARDSTICKS`` are timed in the batch-size bucket, then one every ``REFRESH``
+  (never on a batch's first call, whose interval holds the encoder and is not timed); p pools the draft tokens of the row's
   calls (discounted by ``EMA`` per call, the prior counting as ``PSEUDO`` tokens), and ``h_i`` is
   the run's acceptance of slot i given the slots before it (``SlotAcceptance``);
 * when no slot pays (width 0: a plain greedy step), a probe at the best-paying width is tried now and then (after
@@ -62,9 +63,14 @@ P_START = 0.4      # a cautious start: at batch 1 one slot is tried, from about 
 EMA = 0.5          # discount of the older observations in p, per call
 PSEUDO = 1         # the prior's weight in p, in draft tokens tried
 MAX_BATCH_GAP = 16  # a drafter that cannot probe (Jacobi) retries a whole batch at most this many batches apart
+RUN_PSEUDO = 4     # batch 1: the run's pooled estimate's weight in a row's p, in draft tokens (never discounted)
+RUN_DECAY = 0.02   # discount of the run's pooled counts per call (~50 calls remembered)
 CARRY = 0.2        # weight of one finished row's final p and q in the prior of the rows to come
 SLOT_DECAY = 0.02  # discount of SlotAcceptance's counts per call (~50 calls remembered)
 SLOT_PSEUDO = 4.0  # tries of a slot before its own count outweighs the geometric guess
+YARDSTICKS = 8     # idle iterations timed per batch-size bucket before its yardstick is trusted (one varies 10-25%)
+YARDSTICK_GAP = 8  # iterations between two forced idle ones until then
+REFRESH = 256      # ... and after: one in this many iterations follows drift (other jobs, caches, clocks)
 Q_EMA = 0.25       # ... in q: slower, so that a row whose drafts are accepted (high p) keeps asking through
                    # a few draftless iterations (4 at p = 0.9, batch 1), a row whose drafts fail stops at once
 
@@ -147,26 +153,33 @@ class AdaptiveBlock(FixedBlock):
         self.probe = probe  # False: a batch that stopped drafting takes plain steps to its end (Jacobi)
         # what the run has learned so far: a new row starts from it (Jacobi: see _batch_trial)
         self.prior_p, self.prior_q = P_START, 1.0
+        # the run's draft tokens accepted / tried and drafts offered / asked, pooled over every call (batch 1: see p)
+        self.run_g, self.run_t, self.run_offered, self.run_asked = P_START, 1.0, 1.0, 1.0
+        self.one_row = False
         self.g: List[float] = []
         self.t: List[float] = []
         self.q: List[float] = []
         self.slots = SlotAcceptance()  # the run's, for slots 2.. (p covers the first)
         self.wait = self.gap = PROBE
         self.batch_wait = self.batch_gap = 1  # trial batches of a drafter that cannot probe
+        self.since_idle = YARDSTICK_GAP  # iterations since the last idle one (the first yardstick is due at once)
 
     def begin(self, bsz, k):
         self.k = k
         self.start_rows = bsz  # slots are priced at the batch's size at the start: see the module docstring
-        self.yardstick = not self.costs.has_plain(bsz)  # time one idle iteration in this bucket first
         self.first_call = True  # a batch's first interval holds the encoder and is never timed: no yardstick there
         self._learn(range(len(self.g)))  # the previous batch's last rows
         start = self.prior_p
         if not self.probe:
             start = self._batch_trial(start)
             self.wait = self.gap = PROBE
-        self.g = [start * PSEUDO] * bsz  # discounted accepted draft tokens, the prior counting as PSEUDO tries
-        self.t = [float(PSEUDO)] * bsz   # discounted tried draft tokens
-        self.q = [self.prior_q] * bsz  # the drafter offers a draft: what the papers' drafters do but IAD often does not
+        self.one_row = bsz == 1 and self.probe  # a row's gain is the batch's: the run's pooled estimate is its prior (p)
+        if self.one_row:
+            self.g, self.t, self.q = [0.0], [0.0], [self.run_offered / self.run_asked]
+        else:
+            self.g = [start * PSEUDO] * bsz  # discounted accepted draft tokens, the prior counting as PSEUDO tries
+            self.t = [float(PSEUDO)] * bsz   # discounted tried draft tokens
+            self.q = [self.prior_q] * bsz  # the drafter offers a draft: what the papers' drafters do but IAD often does not
         self.probing = False
         self.settled = False
         # a prior that does not pay: the first call is a plain step, so its draft is not even asked for
@@ -174,7 +187,21 @@ class AdaptiveBlock(FixedBlock):
 
     @property
     def p(self) -> List[float]:
-        """Per row, the chance that its next draft token is accepted: accepted over tried, pooled."""
+        """Per row, the chance that its next draft token is accepted: accepted over tried, pooled.
+
+        At batch 1 (a probing drafter) the row's own record is pooled with the run's estimate over
+        every call so far, counted as ``RUN_PSEUDO`` tokens that are never discounted.  A sentence's
+        record is a few tokens (typo correction: ~8-token sentences), and with the carried prior
+        discounted along with it one rejection halved p: the row took plain steps to its end (602
+        calls where fixed width made 511, 200 sentences), though IAD's first draft token was still
+        accepted in 55% of the calls right after a rejection.  The carried prior (the final p of
+        rows that leave) is biased low besides: a row whose p fell stops drafting and keeps it.
+        At batch > 1 the carried prior stays: there the mean row's gain overstates what a draft
+        saves (only the batch's longest rows bound its calls), and with the run's estimate every
+        row of a batch of 32 started drafting at a loss (0.89x the engine's greedy)."""
+        if self.one_row:
+            prior = RUN_PSEUDO * self.run_g / self.run_t
+            return [(g + prior) / (t + RUN_PSEUDO) for g, t in zip(self.g, self.t)]
         return [g / t for g, t in zip(self.g, self.t)]
 
     def _paying_width(self) -> int:
@@ -213,6 +240,15 @@ class AdaptiveBlock(FixedBlock):
 
     def timed(self, width, asked, seconds):
         self.costs.observe(self.start_rows, width, asked, seconds)
+        if width == 0 and not asked:
+            self.since_idle = 0
+
+    def _yardstick_due(self) -> bool:
+        """Force an idle iteration now?  Every ``YARDSTICK_GAP`` iterations until ``YARDSTICKS`` have
+        been timed in this bucket, then every ``REFRESH``: a policy that drafts at every step times
+        no idle iteration of its own, and every cost is priced against the idle one."""
+        gap = YARDSTICK_GAP if self.costs.idle_timed(self.start_rows) < YARDSTICKS else REFRESH
+        return self.since_idle >= gap
 
     def _may_probe(self) -> bool:
         return self.probe and len(self.g) <= PROBE_ROWS
@@ -232,6 +268,18 @@ class AdaptiveBlock(FixedBlock):
         self.batch_wait = self.batch_gap
         return max(start, P_START)
 
+    def _pool(self, proposed: List[int], accepted: List[int], offered: Optional[List[int]]):
+        """The run's draft tokens accepted and tried and its drafts offered and asked, over every call
+        (discounted by ``RUN_DECAY`` per call): a batch-1 row's prior (``p``)."""
+        keep = 1 - RUN_DECAY
+        tried = sum(got + (got < sent) for sent, got in zip(proposed, accepted))
+        if tried:
+            self.run_g = keep * self.run_g + sum(accepted)
+            self.run_t = keep * self.run_t + tried
+        if offered is not None:
+            self.run_offered = keep * self.run_offered + sum(1 for o in offered if o)
+            self.run_asked = keep * self.run_asked + len(offered)
+
     def _learn(self, rows):
         """Fold the final estimates of rows that leave into the prior of the rows to come (probes,
         or trial batches for a drafter that cannot probe, correct a prior that turned pessimistic)."""
@@ -242,6 +290,7 @@ class AdaptiveBlock(FixedBlock):
 
     def width(self):
         first, self.first_call = self.first_call, False
+        self.since_idle += 1
         probe = self._may_probe()
         if self.settled and (self.wait > 1 or not probe):
             # p only changes with drafts: no width pays still; counting down to the next probe costs
@@ -261,8 +310,8 @@ class AdaptiveBlock(FixedBlock):
         self.idle = width == 0 and (self.wait > 1 or not probe)  # p only changes with drafts: the next width is 0 too
         # one idle iteration, timed: what greedy costs here (not on the batch's first call, which is never timed:
         # a yardstick there was a plain step for nothing, and asked for again by the next batch)
-        if width and self.yardstick and self.probe and not first:
-            self.yardstick, self.probing, self.idle, width = False, False, True, 0  # (Jacobi cannot resume: never)
+        if width and self.probe and not first and self._yardstick_due():
+            self.since_idle, self.probing, self.idle, width = 0, False, True, 0  # (Jacobi cannot resume: never)
         return width
 
     def expects_draft(self):
@@ -281,6 +330,7 @@ class AdaptiveBlock(FixedBlock):
                 self.g[i] = (1 - EMA) * self.g[i] + got
                 self.t[i] = (1 - EMA) * self.t[i] + tried
         self.slots.update(proposed, accepted)
+        self._pool(proposed, accepted, offered)
         if any(proposed):
             self.settled = False
         if offered is not None:

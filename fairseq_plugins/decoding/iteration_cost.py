@@ -39,11 +39,15 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-COST_EMA = 0.05     # weight of the newest interval in the weighted sums (~20 intervals remembered; one varies ~10-25%)
+COST_EMA = 0.01     # weight of the newest interval in the weighted sums (~100 intervals remembered; one varies ~10-25%:
+                    # with ~20, the fitted verify cost of the same run went from 0.3 to 1.3 plain steps between passes
+                    # and the width policy locked into plain steps in some runs and not others)
 OUTLIER = 4.0       # an interval is counted as at most this many times its predicted cost
 SLOT_PRIOR = 0.3    # one verified slot's cost in plain steps, until measured (a starting guess)
 DRAFT_PRIOR = 0.0   # the drafter's proposal, in plain steps, until measured
 VERIFY_PRIOR = 0.0  # a verification call's fixed cost beyond a plain step, until measured
+REFIT = 8           # intervals between two fits (the policy prices every iteration; a fit is a 3x3 solve, and
+                    # refitting after every interval was ~1.5% of IAD's time at batch 32, where it never drafted)
 RIDGE = 0.1         # weight of the priors in the fit, in intervals: the first timings move it at once
 _RIDGE_I = RIDGE * np.eye(3)
 
@@ -72,12 +76,14 @@ def rows_bucket(rows: int) -> int:
 
 @dataclass
 class _Bucket:
-    plain: Optional[float] = None  # seconds of an idle interval (EMA)
+    plain: Optional[float] = None  # seconds of an idle interval (a running mean, then an EMA)
+    idle: int = 0  # idle intervals timed
     widest: int = 0  # the widest verification call timed
     # exponentially weighted moments of x = (asked, verified, width) -> extra seconds beyond ``plain``
     xx: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
     xy: np.ndarray = field(default_factory=lambda: np.zeros(3))
     fitted: Dict[str, float] = field(default_factory=dict)  # "draft", "verify", "slot": relative to plain
+    stale: int = 0  # intervals observed since the fit
 
     def observe(self, asked: bool, width: int, extra: float):
         x = np.array([float(asked), float(width > 0), float(width)])
@@ -87,8 +93,9 @@ class _Bucket:
 
     def relative(self) -> Dict[str, float]:
         """``draft``, ``verify`` and ``slot`` in plain steps: ridge least squares toward the priors."""
-        if self.fitted:
+        if self.fitted and self.stale < REFIT:
             return self.fitted
+        self.stale = 0
         prior = np.array([DRAFT_PRIOR, VERIFY_PRIOR, SLOT_PRIOR]) * self.plain
         coef = np.linalg.solve(self.xx + _RIDGE_I, self.xy + RIDGE * prior) / self.plain
         self.fitted = {name: max(0.0, float(c)) for name, c in zip(("draft", "verify", "slot"), coef)}
@@ -113,15 +120,22 @@ class IterationCosts:
         if b.plain is not None:  # (an idle interval's bound needs no fit)
             seconds = min(seconds, OUTLIER * b.plain * (self.relative_cost(rows, width, asked) if width or asked else 1.0))
         if width == 0 and not asked:
-            b.plain = seconds if b.plain is None else (1 - COST_EMA) * b.plain + COST_EMA * seconds
+            b.idle += 1
+            # the mean of the first ones, then an EMA: every cost is relative to it, and one interval varies
+            # 10-25% (one yardstick alone, read under load, made drafting look 2x dearer or cheaper than it was)
+            b.plain = seconds if b.plain is None else b.plain + max(1.0 / b.idle, COST_EMA) * (seconds - b.plain)
         elif b.plain is not None:
             b.observe(asked, width, seconds - b.plain)
-        b.fitted = {}
+        b.stale += 1
 
     def has_plain(self, rows: int) -> bool:
         """Has an idle interval (the yardstick) been timed in the bucket of ``rows``?"""
+        return self.idle_timed(rows) > 0
+
+    def idle_timed(self, rows: int) -> int:
+        """How many idle intervals have been timed in the bucket of ``rows``."""
         b = self.buckets.get(rows_bucket(rows))
-        return b is not None and b.plain is not None
+        return 0 if b is None else b.idle
 
     def widest(self, rows: int) -> int:
         """The widest verification call timed in the bucket of ``rows`` (0: none yet)."""
