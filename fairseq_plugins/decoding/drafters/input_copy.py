@@ -78,19 +78,27 @@ class InputCopyDrafter(BlockDrafter):
         if self.src_to_tgt is not None:
             self.src_to_tgt = self.src_to_tgt.to(src.device)
             src = torch.where(src == ctx.pad, src, self.src_to_tgt[src])
-        bsz, slen = src.shape
+        slen = src.size(1)
         # a tail of PAD/sentinel columns past every source, one draft (plus the verifier's token) wide:
         # an anchor there drafts nothing, and no index computed below needs a bound or a clamp
         tail = self.block + 2
         self.lost = slen + 2  # the anchor of a row that has none (Alg. 1: decode one token per call)
         self.stale = False
-        on_host = ctx.reads_free() and bsz <= self.host_rows
+        on_host = ctx.reads_free() and src.size(0) <= self.host_rows
         self.host = HostAnchors(src, ctx, self.block, self.q, self.lost, slen + 2 + tail) if on_host else None
-        if self.host is not None:
-            return
+        # the tensor path's tables are built when first drafted from (_prepare): a batch whose width
+        # policy never asks for a draft (IAD at batch 32 on a CPU) pays nothing for them (they were ~1% of
+        # its time there: the n-gram table compares every source position with every other)
+        self.src, self.lengths, self.prepared = src, ctx.src_lengths.to(src.device), self.host is not None
+
+    def _prepare(self):
+        """The tensor path's draft source, match table, anchors and n-gram table, for the rows left."""
+        self.prepared = True
+        ctx, src, lengths = self.ctx, self.src, self.lengths
+        bsz, slen = src.shape
+        tail = self.block + 2
         # left-align every source (fairseq left-pads by default) behind a BOS slot:
         # x = [BOS, x_1 .. x_n, EOS, PAD, PAD ...], n + 1 = src_lengths (incl. EOS)
-        lengths = ctx.src_lengths.to(src.device)
         pos = torch.arange(slen + 2, device=src.device).unsqueeze(0)
         real = (src != ctx.pad)
         order = torch.argsort((~real).long(), dim=1, stable=True)  # real tokens first, in order
@@ -127,6 +135,8 @@ class InputCopyDrafter(BlockDrafter):
         if self.host is not None:
             stale, self.stale = self.stale, False
             return self.host.propose(out, n_gen, stale)
+        if not self.prepared:  # (anchored at BOS: re-anchored below when steps were taken without drafts)
+            self._prepare()
         if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
             self.anchor, self.stale = self._rematch(out, n_gen), False
         return Draft.of(self.x.gather(1, self.anchor.unsqueeze(1) + self.slots), self.ctx.pad)
@@ -138,6 +148,8 @@ class InputCopyDrafter(BlockDrafter):
         if self.host is not None:
             self.host.observe(step)
             return
+        if not self.prepared:
+            self._prepare()
         n_after = step.generated()
         last = step.out.gather(1, n_after.unsqueeze(1))
         # still on the copy: the verifier's token after the accepted copy is the next source token
@@ -153,6 +165,8 @@ class InputCopyDrafter(BlockDrafter):
         once in the source, so the highest rank is the longest n that occurs at all, and it is odd
         exactly when that n-gram is unique (a longer n-gram occurring twice makes every shorter one
         ambiguous too: the search stops there)."""
+        if not self.prepared:
+            self._prepare()
         suffix = out.gather(1, (n_gen.unsqueeze(1) - self.back).clamp(min=0))  # (B, q): last token, the one before...
         key = ((suffix + _DIGIT) * self.powers).cumsum(dim=1)                  # (B, q): the last n tokens, n = 1..q
         # an n-gram needs n_gen >= n (out[:, 0] is fairseq's start symbol, EOS, which the source holds too)
@@ -164,6 +178,9 @@ class InputCopyDrafter(BlockDrafter):
     def select_rows(self, rows):
         if self.host is not None:
             self.host.select_rows(rows)
+            return
+        if not self.prepared:
+            self.src, self.lengths = self.src.index_select(0, rows), self.lengths.index_select(0, rows)
             return
         self.x = self.x.index_select(0, rows)
         self.match = self.match.index_select(0, rows)
