@@ -44,9 +44,9 @@ def test_costs_are_fitted_from_the_timed_intervals():
     assert costs.relative(4)["slot"] == pytest.approx(0.3, abs=0.02)  # nearest measured bucket
     assert rows_bucket(1) == 1 and rows_bucket(5) == 8 and rows_bucket(32) == 32
     fresh = IterationCosts()
-    assert not fresh.has_plain(1) and fresh.relative(1)["slot"] > 0  # the prior until measured
+    assert fresh.idle_timed(1) == 0 and fresh.relative(1)["slot"] > 0  # the prior until measured
     fresh.observe(1, 3, True, 5 * PLAIN)  # no yardstick yet: nothing to measure it against
-    assert not fresh.has_plain(1)
+    assert fresh.idle_timed(1) == 0
 
 
 def test_an_outlier_interval_moves_the_fit_little():

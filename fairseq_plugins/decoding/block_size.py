@@ -24,8 +24,10 @@ speculative decoding, decided here for the whole batch):
   sends its draft (the width is paid for anyway); a policy that drafts at every step forces idle
   iterations (no draft scored, none proposed) as the yardstick: one every ``YARDSTICK_GAP``
   iterations until ``YARDSTICKS`` are timed in the batch-size bucket, then one every ``REFRESH``
-  (never on a batch's first call, whose interval holds the encoder and is not timed); p pools the draft tokens of the row's
-  calls (discounted by ``EMA`` per call, the prior counting as ``PSEUDO`` tokens), and ``h_i`` is
+  (never on a batch's first call, whose interval holds the encoder and is not timed); p pools the
+  draft tokens of the row's calls (discounted by ``EMA`` per call) with a prior: at batch 1 the
+  run's estimate over every call, counted as ``RUN_PSEUDO`` undiscounted tokens, else the carried
+  prior counted as ``PSEUDO`` tokens and discounted with them (``AdaptiveBlock.p``); ``h_i`` is
   the run's acceptance of slot i given the slots before it (``SlotAcceptance``);
 * when no slot pays (width 0: a plain greedy step), a probe at the best-paying width is tried now and then (after
   ``PROBE`` iterations, the interval doubling after every try that did not pay, up to
@@ -40,7 +42,8 @@ speculative decoding, decided here for the whole batch):
   leave: measured on the en-de demo model at batch 32, IAD accepted 53 of 138 draft
   tokens, most of them once few rows were left, without saving a single call (315 either way);
 * one policy serves the generator's whole run: the final p and q of every row that leaves are
-  folded into the prior of the rows to come (``CARRY``), so a run learns whether its drafter pays on
+  folded into the prior of the rows to come (``CARRY``; at batch 1 the run's counts over every call
+  are the prior instead, ``RUN_DECAY``), so a run learns whether its drafter pays on
   its data instead of every sentence starting from ``P_START`` (IAD on en-de at batch 1 drafted at
   a loss in 235 of 1,071 calls that way); a drafter that cannot probe (Jacobi) tries a whole batch
   from ``P_START`` now and then instead (every 2nd, 4th, ... batch while its prior does not pay).

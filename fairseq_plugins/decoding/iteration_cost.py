@@ -46,8 +46,8 @@ OUTLIER = 4.0       # an interval is counted as at most this many times its pred
 SLOT_PRIOR = 0.3    # one verified slot's cost in plain steps, until measured (a starting guess)
 DRAFT_PRIOR = 0.0   # the drafter's proposal, in plain steps, until measured
 VERIFY_PRIOR = 0.0  # a verification call's fixed cost beyond a plain step, until measured
-REFIT = 8           # intervals between two fits (the policy prices every iteration; a fit is a 3x3 solve, and
-                    # refitting after every interval was ~1.5% of IAD's time at batch 32, where it never drafted)
+REFIT = 8           # intervals between two fits: the policy prices at every iteration, and a fit is a 3x3 solve
+                    # (with ~100 intervals remembered, 8 more move it little)
 RIDGE = 0.1         # weight of the priors in the fit, in intervals: the first timings move it at once
 _RIDGE_I = RIDGE * np.eye(3)
 
@@ -127,10 +127,6 @@ class IterationCosts:
         elif b.plain is not None:
             b.observe(asked, width, seconds - b.plain)
         b.stale += 1
-
-    def has_plain(self, rows: int) -> bool:
-        """Has an idle interval (the yardstick) been timed in the bucket of ``rows``?"""
-        return self.idle_timed(rows) > 0
 
     def idle_timed(self, rows: int) -> int:
         """How many idle intervals have been timed in the bucket of ``rows``."""
