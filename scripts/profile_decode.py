@@ -22,8 +22,9 @@ Output, per row: a Markdown table (component, total ms, % of the row's profiled 
 top-level torch operations inside it: ``evaluation.operations``), with the nesting observed at run
 time shown by indentation; ``--engine-steps`` adds the engine's named steps of an iteration
 (:data:`ENGINE_STEPS`).  "search bookkeeping" is the row's time not spent in any top-level
-component; host synchronisations are counted separately (scalar reads ``aten::_local_scalar_dense`` -- ``.item()``, ``int()``, ``bool()`` of a tensor --, ``Tensor.tolist``,
-``aten::nonzero``), their time is inside the components above.  Also writes ``profile.json``.
+component; host synchronisations are counted separately (scalar reads
+``aten::_local_scalar_dense`` -- ``.item()``, ``int()``, ``bool()`` of a tensor --,
+``Tensor.tolist``, ``aten::nonzero``), their time is inside the components above.  Also writes ``profile.json``.
 The profiler adds a per-op cost: the plain and profiled times are both printed; the shares are
 those of the profiled pass.
 

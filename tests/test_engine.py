@@ -140,8 +140,8 @@ def test_stats_accumulate_and_reset(setup):
 
 @pytest.mark.parametrize("drafter", ["input_copy", "jacobi_hgj"])
 def test_reading_the_host_on_a_cpu_changes_nothing(setup, drafter):
-    """On a CPU the engine reads the host where it is free (IAD's anchors, the running scores, the
-    verifier's token by max); as on a GPU (``host_reads = False``) it reads only its one sync.
+    """On a CPU the engine reads the host where it is free (IAD's anchors for a one-row batch, the
+    running scores); as on a GPU (``host_reads = False``) it reads only its one sync.
     Hypotheses, scores bit for bit, and every count agree."""
     models, task, batches, _ = setup
     results = []

@@ -271,13 +271,13 @@ class AdaptiveBlock(FixedBlock):
         self.batch_wait = self.batch_gap
         return max(start, P_START)
 
-    def _pool(self, proposed: List[int], accepted: List[int], offered: Optional[List[int]]):
-        """The run's draft tokens accepted and tried and its drafts offered and asked, over every call
-        (discounted by ``RUN_DECAY`` per call): a batch-1 row's prior (``p``)."""
+    def _pool(self, accepted: int, tried: int, offered: Optional[List[int]]):
+        """The run's draft tokens accepted and tried (this call's, summed over its rows) and its drafts
+        offered and asked, over every call (discounted by ``RUN_DECAY`` per call): a batch-1 row's
+        prior (``p``)."""
         keep = 1 - RUN_DECAY
-        tried = sum(got + (got < sent) for sent, got in zip(proposed, accepted))
         if tried:
-            self.run_g = keep * self.run_g + sum(accepted)
+            self.run_g = keep * self.run_g + accepted
             self.run_t = keep * self.run_t + tried
         if offered is not None:
             self.run_offered = keep * self.run_offered + sum(1 for o in offered if o)
@@ -327,13 +327,15 @@ class AdaptiveBlock(FixedBlock):
         """Per row: draft slots sent and accepted, and (``offered``, when the drafter was asked for
         this call's draft) whether it had one.  Observed per-token acceptance: accepted successes
         out of accepted + (1 if one was rejected)."""
+        all_tried = 0
         for i, (sent, got) in enumerate(zip(proposed, accepted)):
             tried = got + (got < sent)
             if tried:  # pooled over tokens, not averaged over calls: a call's 10 accepted count 10 times
                 self.g[i] = (1 - EMA) * self.g[i] + got
                 self.t[i] = (1 - EMA) * self.t[i] + tried
+                all_tried += tried
         self.slots.update(proposed, accepted)
-        self._pool(proposed, accepted, offered)
+        self._pool(sum(accepted), all_tried, offered)
         if any(proposed):
             self.settled = False
         if offered is not None:
