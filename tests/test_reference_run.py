@@ -63,8 +63,9 @@ def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk()
     models = reference_run.read_models(REPO / "configs" / "reference" / "convergence_kd.txt")
     # a GAD drafter's checkpoint (--task nar_drafter) does not translate by itself: no BLEU curve for it
     assert {m["name"] for m in models if not m["curve"]} == {m["name"] for m in models if "gad_drafter" in m["name"]}
-    # the reference trains first: every order's floor is 3x the updates at which it flattened
-    assert models[0]["name"] == "l2r_kd"
+    # the reference trains before every model with a curve: every order's floor is 3x the updates at which
+    # it flattened (the drafters, with no curve, may go first)
+    assert [m["name"] for m in models if m["curve"]][0] == "l2r_kd"
 
 
 def test_the_scorer_passes_over_a_model_without_a_curve(tmp_path, tiny_model):
