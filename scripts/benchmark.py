@@ -54,7 +54,8 @@ ratio (fairseq's greedy and the engine's greedy: exactly 1.0 at batch 1; a draft
 accepted tokens: below 1; a PJ/PGJ length oracle's calls counted in, a GAD drafter's own calls
 not: the engine counts its verifier's).  At batch size B one call serves B rows, so compare it with
 the greedy rows of the same batch size (their value there is about 1/B).  None for CTranslate2
-rows (no call count).
+rows (no call count).  A ``--drafter auto`` row carries ``drafter_choice``: the engine's summary of
+which drafter it kept and why, as of its first timed pass (also listed under results.md's table).
 
 Memory: ``peak_mem_mb`` = the row's weights (parameters and buffers of every model it holds, a
 drafter's included) + the peak of tensor memory allocated above the level before the decode, over
@@ -485,7 +486,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             "threads": threads, "backend": backend, "baseline": baseline,
             "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
-        for k in ("length_oracle", "oracle_model_calls"):
+        for k in ("length_oracle", "oracle_model_calls", "drafter_choice"):  # drafter_choice: what auto kept, and why
             if k in stats:
                 result[k] = stats[k]
         results[slot] = result
@@ -596,7 +597,9 @@ def write_outputs(results, out):
               f"size. Peak MB: weights + peak tensor memory of a decode ({MEMORY_BATCHES} longest-source timed "
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})
-    (out / "results.md").write_text(header + markdown_table(results) + "\n\n" + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
+    choices = [f"{r['method']}, batch {r['batch_size']}: {r['drafter_choice']}" for r in results if r.get("drafter_choice")]
+    (out / "results.md").write_text(header + markdown_table(results) + "\n\n" + "".join(f"- {c}\n" for c in choices)
+                                    + ("\n" if choices else "") + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
     plot(results, out / "speed_vs_bleu.png")
 
 

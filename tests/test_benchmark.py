@@ -426,6 +426,22 @@ def test_calls_per_token_of_lossless_drafting_rows(tiny_corpus, tiny_model, tmp_
     assert iad["calls_per_token"] == round(iad["model_calls"] / engine["timed_tokens"], 4)
 
 
+def test_an_auto_row_says_which_drafter_it_kept_and_why(tiny_corpus, tiny_model, tmp_path):
+    rows = [
+        {"method": "fairseq greedy", "path": str(tiny_model), "args": "--task fast_translation", "baseline": True},
+        {"method": "engine greedy", "path": str(tiny_model), "args": "--task fast_translation --drafter none",
+         "lossless": True},
+        {"method": "auto", "path": str(tiny_model), "args": "--task fast_translation --drafter auto", "lossless": True},
+    ]
+    results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[4], runs=1,
+                                      timed_sentences=16, threads=1, memory=False, **quiet)
+    by = {r["method"]: r for r in results}
+    assert "drafter_choice" not in by["engine greedy"]
+    choice = by["auto"]["drafter_choice"]
+    assert choice.startswith("drafter auto: ") and "ms per token" in choice
+    assert f"- auto, batch 4: {choice}" in (tmp_path / "results.md").read_text().splitlines()
+
+
 def test_ctranslate2_greedy_matches_fairseq_greedy_quality(bench):
     results, _ = bench
     by = {(r["method"], r["batch_size"]): r for r in results}
