@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairseq_plugins.decoding.projection import KernelChoice, Product, Warmup, packing_available
+from fairseq_plugins.decoding.projection import KernelChoice, Product, Warmup, packing_available, padded_rows
 
 
 def _slow(seconds, result):
@@ -39,10 +39,33 @@ def test_a_bucket_of_row_counts_met_for_the_first_time_counts_as_a_warmup_once()
     w = torch.randn(64, 16)
     proj = Product(lambda: w, transposed=True)
     proj.refresh()
+    proj._choice.kind = ()  # this product's own picks: timed here, not taken from an earlier test's
+    proj._choice(1, torch.randn(1, 16), proj._plain, proj._plain)  # (the timing is not what is tested)
+    proj._choice.picks = dict.fromkeys(range(1, 4), False)  # buckets 1, 2-3 and 4-7 timed: the plain kernel
     before = Warmup.events
-    for rows in (1, 3, 3, 1, 2, 3, 5, 6, 7):  # buckets 1, 2-3 and 4-7
+    for rows in (1, 3, 3, 1, 2, 3, 5, 6, 7, 9):  # only bucket 8-15 (9 rows) is new
         proj(torch.randn(rows, 16))
-    assert Warmup.events - before == 3
+    assert Warmup.events - before == 1
+
+
+def test_rows_are_padded_exactly_up_to_16_then_to_one_of_8_counts_per_doubling():
+    assert [padded_rows(r) for r in (1, 2, 11, 16)] == [1, 2, 11, 16]  # a width-10 call at batch 1: 11, not 16
+    assert [padded_rows(r) for r in (17, 18, 21, 33, 100, 353)] == [18, 18, 22, 36, 104, 384]
+    assert len({padded_rows(r) for r in range(1, 513)}) == 16 + 8 * 5  # shapes stay bounded: 8 per doubling
+
+
+@pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
+def test_every_padded_row_count_the_packed_kernel_meets_first_counts_as_a_warmup():
+    """oneDNN builds a kernel for each new shape: that interval says nothing about the next ones."""
+    w = torch.randn(64, 16)
+    proj = Product(lambda: w)
+    proj.refresh()
+    proj._choice.kind = ()
+    proj._choice.picks = dict.fromkeys(range(1, 10), True)  # every bucket timed: the packed kernel
+    before = Warmup.events
+    for rows in (1, 3, 3, 1, 2, 3, 5, 17, 18, 20, 21):  # shapes 1, 3, 2, 5, 18, 20 and 22
+        proj(torch.randn(rows, 16))
+    assert Warmup.events - before == 7
 
 
 @pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
@@ -54,7 +77,7 @@ def test_the_packed_and_plain_products_agree_at_every_row_count(bias):
     proj = Product(lambda: w, lambda: b)
     proj.refresh()
     assert proj.wide_is_cheap
-    for rows in (1, 2, 3, 5, 11, 40):  # 2 x rows: padded to 4, 8, 16, 32, 128 for oneDNN
+    for rows in (1, 2, 3, 5, 11, 17, 40):  # 2 x rows: 2, 4, 6, 10, 22, 34 (run as 36 by oneDNN: padded) and 80
         x = torch.randn(2, rows, 32)
         ref = F.linear(x, w, b)
         assert torch.allclose(proj(x), ref, atol=1e-4)

@@ -10,7 +10,7 @@ drafter's onto its draft vocabulary) and the lean step's layer products.
   GEMM on a few rows reads W again for about every row, the packed product reads it once: at d=128
   onto 8K ids, 104 us instead of 278 for the 10 columns of a verification call; for one row it is
   no faster (58 vs 55 us; 11 vs 3 us for a 384x128 layer product).  oneDNN builds and caches a
-  kernel per shape (about 1 ms), so its rows are padded to the top of their bucket.  Which is faster depends on the
+  kernel per shape (0.15-0.6 ms here), so its rows are padded (:func:`padded_rows`).  Which is faster depends on the
   CPU, the shape and the rows, so it is measured, not assumed: the first product of each bucket of
   row counts (1, 2-3, 4-7, ...) times both and the bucket keeps the faster (:class:`KernelChoice`).
   GPUs and half precision use the plain product.
@@ -23,6 +23,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 REPEATS = 5  # timed runs of each kernel when a bucket is first met (the fastest run counts)
+EXACT_ROWS = 16  # up to this many rows oneDNN's kernel is built for the exact count: a verification call's columns
+STEPS_PER_OCTAVE = 8  # above, 8 padded row counts per doubling (at most 12.5% of the rows wasted)
+
+
+def padded_rows(rows: int) -> int:
+    """The row count oneDNN's packed product runs ``rows`` rows as (our choice): exact up to
+    ``EXACT_ROWS``, then rounded up to one of ``STEPS_PER_OCTAVE`` evenly spaced counts per doubling.  oneDNN
+    builds a kernel per new shape (0.15-0.6 ms), and a drafter catching its cache up, or a batch of
+    32 rows with drafts, meets a new row count at almost every call, so the count of shapes must stay
+    bounded (16 + 8 per doubling); padding to the power of two itself wasted up to half the product:
+    the 11 columns of a width-10 call onto 8K ids cost 142 us as 16 rows, 104 us as 11."""
+    if rows <= EXACT_ROWS:
+        return rows
+    step = (1 << (rows - 1).bit_length()) // (2 * STEPS_PER_OCTAVE)  # (top / 2, top] in 8 steps
+    return -(-rows // step) * step
 
 
 def packing_available() -> bool:
@@ -74,9 +89,9 @@ class KernelChoice:
 
 
 class Warmup:
-    """How many products so far met a bucket of row counts for the first time (a kernel timed, oneDNN
-    building its kernel for the bucket's padded shape: about 1 ms each).  The engine leaves the iterations in which this
-    grew out of the costs it learns (``iteration_cost``): they say nothing about the next ones."""
+    """How many products so far met a bucket of row counts or a padded row count for the first time (a
+    kernel timed, oneDNN building its kernel for the shape: 0.15-0.6 ms each).  The engine leaves the iterations in
+    which this grew out of the costs it learns (``iteration_cost``): they say nothing about the next ones."""
 
     events = 0
 
@@ -96,6 +111,7 @@ class Product:
         self._packed: Optional[Tensor] = None
         self._choice: Optional[KernelChoice] = None
         self._kernels: Dict[int, Callable[[Tensor], Tensor]] = {}  # rows -> the kernel kept for them
+        self._shapes: set = set()  # padded row counts the packed kernel has run (oneDNN built a kernel for each)
         self._key = None
 
     def refresh(self):
@@ -107,7 +123,7 @@ class Product:
         w = w[:n].detach()
         self._w, self._b = w, None if b is None else b[:n].detach()
         self._t = w.t().contiguous() if self._transposed else None
-        self._packed, self._choice, self._kernels = None, None, {}
+        self._packed, self._choice, self._kernels, self._shapes = None, None, {}, set()
         if w.device.type == "cpu" and w.dtype == torch.float32 and packing_available():
             # no rows hint: a hint of 1 packs for GEMV, 1.7x slower at 2-10 rows
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous())
@@ -125,12 +141,10 @@ class Product:
         return x @ self._t if self._t is not None else F.linear(x, self._w, self._b)
 
     def _packed_product(self, x: Tensor) -> Tensor:
-        """oneDNN's product with the rows padded to their bucket's top (a power of two): oneDNN builds
-        a kernel for every new shape (about 1 ms), and a drafter catching its cache up meets a new
-        row count at almost every call (GAD's shallow drafter on en-de: 13 ms over 150 sentences)."""
+        """oneDNN's product with the rows padded (:func:`padded_rows`)."""
         d = x.size(-1)
         rows = x.numel() // d
-        top = 1 << (rows - 1).bit_length()
+        top = padded_rows(rows)
         flat = x.reshape(rows, d)
         if top != rows:
             flat = F.pad(flat, (0, 0, 0, top - rows))
@@ -149,8 +163,11 @@ class Product:
                 return self._plain(x)
             bucket_known = rows.bit_length() in self._choice.picks
             kernel = self._kernels[rows] = self._choice(rows, x, self._plain, self._packed_product)
-            if not bucket_known:  # timed, or oneDNN built its kernel for the bucket's (padded) shape
+            shape = padded_rows(rows) if kernel == self._packed_product else None
+            if not bucket_known or (shape is not None and shape not in self._shapes):  # timed, or a kernel built
                 Warmup.events += 1
+            if shape is not None:
+                self._shapes.add(shape)
         return kernel(x)
 
 
