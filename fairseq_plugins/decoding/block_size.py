@@ -29,7 +29,9 @@ speculative decoding, decided here for the whole batch):
   run's estimate over every call, counted as ``RUN_PSEUDO`` undiscounted tokens, else the carried
   prior counted as ``PSEUDO`` tokens and discounted with them (``AdaptiveBlock.p``); ``h_i`` is
   the run's acceptance of slot i given the slots before it (``SlotAcceptance``);
-* when no slot pays (width 0: a plain greedy step), a probe at the best-paying width is tried now and then (after
+* when no slot pays (width 0: a plain greedy step; to pay, a width must promise ``MIN_GAIN`` more
+  tokens per unit of time than a plain step, the same threshold for the width, a probe and a trial
+  batch), a probe at the best-paying width is tried now and then (after
   ``PROBE`` iterations, the interval doubling after every try that did not pay, up to
   ``MAX_PROBE``), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
   only once at most ``PROBE_ROWS`` rows are left: a probe widens every row's call, and with many
@@ -74,8 +76,18 @@ SLOT_PSEUDO = 4.0  # tries of a slot before its own count outweighs the geometri
 YARDSTICKS = 8     # idle iterations timed per batch-size bucket before its yardstick is trusted (one varies 10-25%)
 YARDSTICK_GAP = 8  # iterations between two forced idle ones until then
 REFRESH = 256      # ... and after: one in this many iterations follows drift (other jobs, caches, clocks)
+MIN_GAIN = 0.02    # a width must promise this much more than a plain step's rate: below it the promise is inside the
+                   # cost fit's noise, and a drafter that never offers (q -> 0, never 0) was asked on wherever an ask
+                   # was timed as free (958 asks in 2,833 calls on loaded cores)
 Q_EMA = 0.25       # ... in q: slower, so that a row whose drafts are accepted (high p) keeps asking through
                    # a few draftless iterations (4 at p = 0.9, batch 1), a row whose drafts fail stops at once
+
+
+def _beats_plain(rate: float) -> bool:
+    """Do ``rate`` expected tokens per plain step's time pay for drafting?  A plain step makes one;
+    drafting must promise ``MIN_GAIN`` more (the one threshold of every decision: the width, a probe,
+    a trial batch)."""
+    return rate > 1.0 + MIN_GAIN
 
 
 def draft_lengths(draft, pad: int):
@@ -210,7 +222,7 @@ class AdaptiveBlock(FixedBlock):
     def _paying_width(self) -> int:
         """The width with the most expected tokens per unit of time (0: a plain step; the narrower on ties)."""
         width, rate = self._best_width()
-        return width if rate > 1.0 else 0  # a plain step: one token for one plain step's time
+        return width if _beats_plain(rate) else 0
 
     def _best_width(self):
         """``(w, rate)``: the drafting width (>= 1) with the most expected tokens per plain step's
@@ -239,7 +251,7 @@ class AdaptiveBlock(FixedBlock):
 
     def _pays(self, width: int, expected: float) -> bool:
         """Does a call of ``width`` slots that adds ``expected`` tokens per row pay for its measured cost?"""
-        return 1.0 + expected > self.costs.relative_cost(self.start_rows, width, True)
+        return _beats_plain((1.0 + expected) / self.costs.relative_cost(self.start_rows, width, True))
 
     def timed(self, width, asked, seconds):
         self.costs.observe(self.start_rows, width, asked, seconds)
