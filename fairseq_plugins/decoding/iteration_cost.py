@@ -33,11 +33,10 @@ Until a bucket has been measured its relative costs are borrowed from the neares
 or, with none, are the priors ``SLOT_PRIOR``, ``VERIFY_PRIOR`` and ``DRAFT_PRIOR``: starting guesses in units of a
 plain step, replaced as soon as intervals are timed.
 """
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
-
-import numpy as np
+from typing import Callable, Dict, List, Optional
 
 COST_EMA = 0.01     # weight of the newest interval in the weighted sums (~100 intervals remembered; one varies ~10-25%:
                     # with ~20, the fitted verify cost of the same run went from 0.3 to 1.3 plain steps between passes
@@ -49,7 +48,6 @@ VERIFY_PRIOR = 0.0  # a verification call's fixed cost beyond a plain step, unti
 REFIT = 8           # intervals between two fits: the policy prices at every iteration, and a fit is a 3x3 solve
                     # (with ~100 intervals remembered, 8 more move it little)
 RIDGE = 0.1         # weight of the priors in the fit, in intervals: the first timings move it at once
-_RIDGE_I = RIDGE * np.eye(3)
 
 
 def device_clock(device) -> Callable[[], float]:
@@ -79,16 +77,20 @@ class _Bucket:
     plain: Optional[float] = None  # seconds of an idle interval (a running mean, then an EMA)
     idle: int = 0  # idle intervals timed
     widest: int = 0  # the widest verification call timed
-    # exponentially weighted moments of x = (asked, verified, width) -> extra seconds beyond ``plain``
-    xx: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
-    xy: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    # exponentially weighted moments of x = (asked, verified, width) -> extra seconds beyond ``plain``, in
+    # Python floats: 3 x 3 is too small for numpy (its calls were 3.4 us per interval and 5.8 per fit here, 0.7
+    # and 1.3 in Python; both run at every iteration and every batch start of a drafting run)
+    xx: List[List[float]] = field(default_factory=lambda: [[0.0] * 3 for _ in range(3)])
+    xy: List[float] = field(default_factory=lambda: [0.0] * 3)
     fitted: Dict[str, float] = field(default_factory=dict)  # "draft", "verify", "slot": relative to plain
     stale: int = 0  # intervals observed since the fit
 
     def observe(self, asked: bool, width: int, extra: float):
-        x = np.array([float(asked), float(width > 0), float(width)])
-        self.xx = (1 - COST_EMA) * self.xx + np.outer(x, x)
-        self.xy = (1 - COST_EMA) * self.xy + x * extra
+        x = (float(asked), float(width > 0), float(width))
+        keep = 1 - COST_EMA
+        for row, xi, i in zip(self.xx, x, range(3)):
+            row[0], row[1], row[2] = keep * row[0] + xi * x[0], keep * row[1] + xi * x[1], keep * row[2] + xi * x[2]
+            self.xy[i] = keep * self.xy[i] + xi * extra
         self.widest = max(self.widest, width)
 
     def relative(self) -> Dict[str, float]:
@@ -96,10 +98,29 @@ class _Bucket:
         if self.fitted and self.stale < REFIT:
             return self.fitted
         self.stale = 0
-        prior = np.array([DRAFT_PRIOR, VERIFY_PRIOR, SLOT_PRIOR]) * self.plain
-        coef = np.linalg.solve(self.xx + _RIDGE_I, self.xy + RIDGE * prior) / self.plain
-        self.fitted = {name: max(0.0, float(c)) for name, c in zip(("draft", "verify", "slot"), coef)}
+        a = [[v + (RIDGE if i == j else 0.0) for j, v in enumerate(row)] for i, row in enumerate(self.xx)]
+        y = [v + RIDGE * prior * self.plain for v, prior in zip(self.xy, (DRAFT_PRIOR, VERIFY_PRIOR, SLOT_PRIOR))]
+        coef = _solve3(a, y)
+        self.fitted = {name: max(0.0, c / self.plain) for name, c in zip(("draft", "verify", "slot"), coef)}
         return self.fitted
+
+
+def _solve3(a: List[List[float]], y: List[float]) -> List[float]:
+    """``x`` with ``a x = y`` for a 3 x 3 ``a`` that is symmetric positive definite (the moments plus the
+    ridge), by its Cholesky factor ``L L^T`` (stable where the moments are nearly collinear: ``verified``
+    is 1 whenever ``width`` > 0, and ``asked`` often too)."""
+    (a00, _, _), (a10, a11, _), (a20, a21, a22) = a
+    l00 = math.sqrt(a00)
+    l10, l20 = a10 / l00, a20 / l00
+    l11 = math.sqrt(a11 - l10 * l10)
+    l21 = (a21 - l20 * l10) / l11
+    l22 = math.sqrt(a22 - l20 * l20 - l21 * l21)
+    z0 = y[0] / l00  # L z = y
+    z1 = (y[1] - l10 * z0) / l11
+    z2 = (y[2] - l20 * z0 - l21 * z1) / l22
+    x2 = z2 / l22  # L^T x = z
+    x1 = (z1 - l21 * x2) / l11
+    return [(z0 - l10 * x1 - l20 * x2) / l00, x1, x2]
 
 
 class IterationCosts:
@@ -141,10 +162,13 @@ class IterationCosts:
     def relative(self, rows: int) -> Dict[str, float]:
         """``{"draft": d, "verify": v, "slot": s}``: an iteration that asked for a draft and verified
         ``w > 0`` slots costs ``1 + d + v + s w`` plain steps."""
+        bucket = rows_bucket(rows)
+        own = self.buckets.get(bucket)
+        if own is not None and own.plain is not None:  # the usual case: no search
+            return own.relative()
         measured = {k: b for k, b in self.buckets.items() if b.plain is not None}
         if not measured:
             return {"draft": DRAFT_PRIOR, "verify": VERIFY_PRIOR, "slot": SLOT_PRIOR}
-        bucket = rows_bucket(rows)
         nearest = min(measured, key=lambda k: (abs(k.bit_length() - bucket.bit_length()), k))
         return measured[nearest].relative()
 
