@@ -49,6 +49,21 @@ def test_costs_are_fitted_from_the_timed_intervals():
     assert fresh.idle_timed(1) == 0
 
 
+def test_the_cost_fit_solves_its_normal_equations_as_numpy_does():
+    import numpy as np
+
+    from fairseq_plugins.decoding.iteration_cost import _solve3
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # the fit's own moments: x = (asked, verified, width), nearly collinear, plus the ridge
+        k = rng.integers(1, 40)
+        width = rng.integers(0, k + 1, size=rng.integers(1, 300)) * rng.integers(0, 2)
+        asked = (rng.random(width.size) < rng.random()) | (width > 0) * rng.integers(0, 2)
+        x = np.stack([asked, width > 0, width], 1).astype(float)
+        a, y = x.T @ x + 0.1 * np.eye(3), rng.normal(size=3) * 1e-3
+        assert np.allclose(_solve3(a.tolist(), y.tolist()), np.linalg.solve(a, y), rtol=1e-9, atol=1e-12)
+
+
 def test_an_outlier_interval_moves_the_fit_little():
     costs = timed_costs({1: 0.3})
     costs.observe(1, 1, True, 1000 * PLAIN)  # the OS took the core for a second
@@ -176,6 +191,24 @@ def test_a_probe_that_pays_restores_drafting():
     for _ in range(5):  # (at batch 1 the row's record weighs against the run's, RUN_PSEUDO tokens of rejections)
         policy.update([1], [1])  # the probe's draft token was accepted
     assert policy.width() >= 2
+
+
+def test_a_paying_probe_halves_the_probe_interval_instead_of_resetting_it():
+    """One lucky probe of a drafter whose run does not pay (GAD on en-de) must not buy a run of probes."""
+    policy = cpu_policy()
+    policy.begin(1, 4)
+    for _ in range(4):
+        policy.update([4], [0])
+    for _ in range(2000):  # failing probes: the interval doubles up to MAX_PROBE
+        if policy.width():
+            policy.update([policy.probed], [0], offered=[1])
+        else:
+            policy.update([0], [0])
+    assert policy.gap == MAX_PROBE
+    while policy.width() == 0:
+        policy.update([0], [0])
+    policy.update([policy.probed], [policy.probed], offered=[1])  # this probe's drafts were all accepted
+    assert policy.gap == MAX_PROBE // 2
 
 
 def test_rows_leave_with_their_estimates():
