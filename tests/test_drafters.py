@@ -160,6 +160,7 @@ def test_input_copy_reanchoring_matches_a_plain_search(q):
         h.host_rows = bsz
         d.begin(ctx(src.tolist(), host_reads=False))
         h.begin(ctx(src.tolist(), host_reads=True))
+        h._prepare()  # (built when first drafted from)
         out = torch.full((bsz, 20), PAD)
         out[:, 0] = BOS
         n_gen = torch.randint(0, 6, (bsz,), generator=g)
@@ -172,6 +173,31 @@ def test_input_copy_reanchoring_matches_a_plain_search(q):
             found = _anchor_by_search(x, out[b, 1 : 1 + int(n_gen[b])].tolist(), q)
             expected = d.lost if found is None else found
             assert got[b] == expected and on_host[b] == expected, (trial, b, x, out[b, : 1 + int(n_gen[b])].tolist())
+
+
+@pytest.mark.parametrize("host_reads", [False, True])
+def test_input_copy_builds_nothing_until_drafted_from_and_follows_rows_dropped_before(host_reads):
+    """A batch whose width policy never asks IAD for a draft pays nothing for its anchors; rows that
+    leave before the first draft leave the sources the anchors are then built from."""
+    src = [[PAD, 11, 12, 13, EOS], [21, 22, 23, 24, EOS], [PAD, PAD, 31, 32, EOS]]
+    d = InputCopyDrafter(block_size=3, ngram=2)
+    d.host_rows = 3
+    d.begin(ctx(src, host_reads=host_reads))
+    out, n_gen = torch.full((3, 20), PAD), torch.zeros(3, dtype=torch.long)
+    out[:, 0] = BOS
+    empty = torch.full((3, 0), PAD)
+    n_gen = step(d, out, n_gen, empty, torch.tensor([[11], [21], [31]]), torch.zeros(3, dtype=torch.long))
+    assert not d.prepared and d.host is None  # plain steps only: nothing built
+    keep = torch.tensor([0, 2])
+    d.select_rows(keep)
+    out, n_gen = out.index_select(0, keep), n_gen.index_select(0, keep)
+    fresh = InputCopyDrafter(block_size=3, ngram=2)
+    fresh.host_rows = 3
+    fresh.begin(ctx([src[0], src[2]], host_reads=host_reads))
+    fresh.stale = True  # (the same plain step behind it)
+    got, want = d.propose(out, n_gen), fresh.propose(out, n_gen)
+    assert d.prepared and (d.host is not None) == host_reads
+    assert torch.equal(got.tokens, want.tokens) and got.tokens[:, 0].tolist() == [12, 32]  # copying on after 11, 31
 
 
 def test_input_copy_option_checks_and_dictionary_mapping():
@@ -246,9 +272,9 @@ def test_input_copy_keeps_one_rows_anchors_on_a_cpus_host_and_a_batchs_in_tensor
     """The host path where it wins on any CPU (one row: a handful of operations against ~30), the
     tensor path for a batch (its operations do not grow with the rows) and wherever reads wait."""
     d = InputCopyDrafter(block_size=3, ngram=2)
-    d.begin(ctx([[10, 11, 12, EOS]]))  # a CPU: reads are free
-    assert d.host is not None
-    d.begin(ctx([[10, 11, 12, EOS], [PAD, 13, 14, EOS]]))
-    assert d.host is None
-    d.begin(ctx([[10, 11, 12, EOS]], host_reads=False))  # as on a GPU
-    assert d.host is None
+    for src, host_reads, on_host in (([[10, 11, 12, EOS]], None, True),  # a CPU: reads are free
+                                     ([[10, 11, 12, EOS], [PAD, 13, 14, EOS]], None, False),
+                                     ([[10, 11, 12, EOS]], False, False)):  # as on a GPU
+        d.begin(ctx(src, host_reads=host_reads))
+        d._prepare()  # (built when first drafted from)
+        assert (d.host is not None) == on_host, src

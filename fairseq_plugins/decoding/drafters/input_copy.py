@@ -63,7 +63,7 @@ class InputCopyDrafter(BlockDrafter):
             raise ValueError(f"--copy-ngram must be 1, 2 or 3 (got {ngram})")
         self.q = ngram
         self.src_to_tgt = src_to_tgt  # LongTensor id map, or None when the dictionaries are one
-        self.host: Optional[HostAnchors] = None  # the anchors on the host, where reads are free (begin)
+        self.host: Optional[HostAnchors] = None  # the anchors on the host, where reads are free (_prepare)
 
     @classmethod
     def from_config(cls, cfg, task, models=()):
@@ -84,19 +84,24 @@ class InputCopyDrafter(BlockDrafter):
         tail = self.block + 2
         self.lost = slen + 2  # the anchor of a row that has none (Alg. 1: decode one token per call)
         self.stale = False
-        on_host = ctx.reads_free() and src.size(0) <= self.host_rows
-        self.host = HostAnchors(src, ctx, self.block, self.q, self.lost, slen + 2 + tail) if on_host else None
-        # the tensor path's tables are built when first drafted from (_prepare): a batch whose width
-        # policy never asks for a draft (IAD at batch 32 on a CPU) pays nothing for them (they were ~1% of
-        # its time there: the n-gram table compares every source position with every other)
-        self.src, self.lengths, self.prepared = src, ctx.src_lengths.to(src.device), self.host is not None
+        self.on_host = ctx.reads_free() and src.size(0) <= self.host_rows
+        self.host = None
+        # the anchors and tables are built when first drafted from (_prepare): a batch whose width policy never
+        # asks for a draft pays nothing for them (the tensor path's were ~1% of IAD's time at batch 32 on a CPU,
+        # where the n-gram table compares every source position with every other; the host path's n-gram dicts
+        # ~30 us a sentence at batch 1 on en-de, where the policy learns that copying does not pay)
+        self.src, self.lengths, self.prepared = src, ctx.src_lengths.to(src.device), False
 
     def _prepare(self):
-        """The tensor path's draft source, match table, anchors and n-gram table, for the rows left."""
+        """The anchors for the rows left: on the host (``HostAnchors``), or the tensor path's draft
+        source, match table, anchors and n-gram table."""
         self.prepared = True
         ctx, src, lengths = self.ctx, self.src, self.lengths
         bsz, slen = src.shape
         tail = self.block + 2
+        if self.on_host:
+            self.host = HostAnchors(src, lengths, ctx, self.block, self.q, self.lost, slen + 2 + tail)
+            return
         # left-align every source (fairseq left-pads by default) behind a BOS slot:
         # x = [BOS, x_1 .. x_n, EOS, PAD, PAD ...], n + 1 = src_lengths (incl. EOS)
         pos = torch.arange(slen + 2, device=src.device).unsqueeze(0)
@@ -132,11 +137,11 @@ class InputCopyDrafter(BlockDrafter):
         return keys, rank
 
     def propose(self, out, n_gen, longest=None):
+        if not self.prepared:  # (anchored at BOS: re-anchored below when steps were taken without drafts)
+            self._prepare()
         if self.host is not None:
             stale, self.stale = self.stale, False
             return self.host.propose(out, n_gen, stale)
-        if not self.prepared:  # (anchored at BOS: re-anchored below when steps were taken without drafts)
-            self._prepare()
         if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
             self.anchor, self.stale = self._rematch(out, n_gen), False
         return Draft.of(self.x.gather(1, self.anchor.unsqueeze(1) + self.slots), self.ctx.pad)
@@ -145,11 +150,11 @@ class InputCopyDrafter(BlockDrafter):
         if step.draft.size(1) == 0:  # a plain step (nothing was drafted): re-anchor only when drafting again
             self.stale = True
             return
+        if not self.prepared:
+            self._prepare()
         if self.host is not None:
             self.host.observe(step)
             return
-        if not self.prepared:
-            self._prepare()
         n_after = step.generated()
         last = step.out.gather(1, n_after.unsqueeze(1))
         # still on the copy: the verifier's token after the accepted copy is the next source token
@@ -176,11 +181,11 @@ class InputCopyDrafter(BlockDrafter):
         return torch.where(best.remainder(2) == 1, at.remainder(self.keys.size(2)), self.lost)
 
     def select_rows(self, rows):
-        if self.host is not None:
-            self.host.select_rows(rows)
-            return
         if not self.prepared:
             self.src, self.lengths = self.src.index_select(0, rows), self.lengths.index_select(0, rows)
+            return
+        if self.host is not None:
+            self.host.select_rows(rows)
             return
         self.x = self.x.index_select(0, rows)
         self.match = self.match.index_select(0, rows)
@@ -196,11 +201,11 @@ class HostAnchors:
     PAD tail included, so an anchor's slice never runs off the end), and ``ngrams``: every n-gram of
     ``x_1..`` (n = 1..q) -> the index of its last token, or None where it occurs more than once."""
 
-    def __init__(self, src: Tensor, ctx, block: int, q: int, lost: int, width: int):
+    def __init__(self, src: Tensor, lengths: Tensor, ctx, block: int, q: int, lost: int, width: int):
         self.block, self.q, self.lost, self.pad = block, q, lost, ctx.pad
         self.device = src.device
         self.x, self.ngrams = [], []
-        self.real = ctx.src_lengths.tolist()  # x_1..x_n and EOS
+        self.real = lengths.tolist()  # x_1..x_n and EOS
         for row, length in zip(src.tolist(), self.real):
             x = [ctx.bos] + [t for t in row if t != ctx.pad][:length]  # left-aligned, as the tensor path's
             self.x.append(x + [ctx.pad] * (width - len(x)))
