@@ -31,9 +31,9 @@ speculative decoding, decided here for the whole batch):
   the run's acceptance of slot i given the slots before it (``SlotAcceptance``);
 * when no slot pays (width 0: a plain greedy step; to pay, a width must promise ``MIN_GAIN`` more
   tokens per unit of time than a plain step, the same threshold for the width, a probe and a trial
-  batch), a probe at the best-paying width is tried now and then (after
-  ``PROBE`` iterations, the interval doubling after every try that did not pay, up to
-  ``MAX_PROBE``, and halving after one that did), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
+  batch), a probe at the best-paying width is tried now and then (after ``PROBE`` iterations,
+  the interval doubling after every try that did not pay, up to ``MAX_PROBE``, and halving after
+  one that did), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
   only once at most ``PROBE_ROWS`` rows are left: a probe widens every row's call, and with many
   rows a drafted token rarely shortens the batch's longest rows (IAD on the en-de demo model at
   batch 32: its probes saved no call and cost ~10%, measured interleaved with the engine's greedy);
