@@ -388,8 +388,10 @@ def test_a_policy_without_probes_retries_whole_batches_at_doubling_gaps():
     # trials whose drafts are accepted: drafting resumes for the next batches (each row that leaves moves
     # the prior by CARRY: from ~0.13, two paying trials lift it past what one slot must promise)
     trials, resumed = 0, False
-    for _ in range(4 * MAX_BATCH_GAP):  # bounded: a prior that the trial rule calls paying but no width does
-        policy.begin(1, 3)         # (two thresholds) would leave every batch plain and no trial ever again
+    # bounded: a prior that the trial rule calls paying but no width does (two thresholds) would leave every
+    # batch plain and no trial ever again
+    for _ in range(4 * MAX_BATCH_GAP):
+        policy.begin(1, 3)
         if not policy.width():
             continue
         if trials == 2:

@@ -39,8 +39,7 @@ def test_a_bucket_of_row_counts_met_for_the_first_time_counts_as_a_warmup_once()
     w = torch.randn(64, 16)
     proj = Product(lambda: w, transposed=True)
     proj.refresh()
-    proj._choice.kind = ()  # this product's own picks: timed here, not taken from an earlier test's
-    proj._choice(1, torch.randn(1, 16), proj._plain, proj._plain)  # (the timing is not what is tested)
+    proj._choice.kind = ()  # this product's own picks: a new bucket is timed here, not taken from an earlier test's
     proj._choice.picks = dict.fromkeys(range(1, 4), False)  # buckets 1, 2-3 and 4-7 timed: the plain kernel
     before = Warmup.events
     for rows in (1, 3, 3, 1, 2, 3, 5, 6, 7, 9):  # only bucket 8-15 (9 rows) is new

@@ -541,9 +541,10 @@ class DraftVerifyGenerator:
         has rejected a draft token?  Only where the host reads for free (a CPU) and a product with the
         (V, d) output matrix costs about as much per row as rows are added (MKL's GEMM: d=128, V=8K,
         55 us for 1 row, 278 for 10): the columns after every row's first rejection are never used
-        and each chunk's host read is free there.  Not where a packed kernel makes wide products cheap (``projection``: 104 us
-        for 10 rows; projecting every column at once was 8% faster over 300 typo sentences), not on
-        a GPU, and not for drafters whose next draft is the scored columns themselves (Jacobi)."""
+        and each chunk's host read is free there.  Not where a packed kernel makes wide products
+        cheap (``projection``: 104 us for 10 rows; projecting every column at once was 8% faster over
+        300 typo sentences), not on a GPU, and not for drafters whose next draft is the scored
+        columns themselves (Jacobi)."""
         if drafter.needs_all_columns:
             return False
         if self.lazy_verify is not None:
