@@ -17,6 +17,7 @@ import torch
 from conftest import PLUGIN_DIR, REPO, cached, fairseq_cli, run
 from _device_trap import device_trap
 from engine_helpers import decode_all, distill_test_set, engine, greedy_references, mismatches, reference_greedy
+from fairseq_plugins.decoding.block_size import FixedBlock
 
 BLOCK = 4
 DRAFT_VOCAB = 700  # of 1096 ids: the drafter proposes only the 700 most frequent tokens
@@ -274,13 +275,14 @@ def test_shallow_drafters_keep_to_the_device_and_decode_in_half(setup, request, 
     assert same >= 0.8, same
 
 
-@pytest.mark.parametrize("drafter, acceptance", [("shallow_drafter", "exact"), ("shallow_drafter", "all"),
-                                                  ("feature_drafter", "exact")])
-def test_batched_gad_with_the_shallow_drafter_syncs_once_per_iteration(setup, request, drafter, acceptance):
+@pytest.mark.parametrize("drafter, acceptance, width", [
+    ("shallow_drafter", "exact", "off"), ("shallow_drafter", "all", "off"), ("feature_drafter", "exact", "off"),
+    ("feature_drafter", "exact", "every third call")])
+def test_batched_gad_with_the_shallow_drafter_syncs_once_per_iteration(setup, request, drafter, acceptance, width):
     """Rows of different cache lengths (batch 8): the drafter knows its call's width from the
     verifier's columns it observed (or its own draft, alone), and stores the verifier's states
     without reading them, so the engine's one host sync per iteration stays the only one
-    (tests/_sync_counter.py)."""
+    (tests/_sync_counter.py); also when it catches up over calls it was not asked in."""
     from _sync_counter import SyncCounter
     from test_gpu_safety import SETUP_SYNCS_PER_BATCH, _budget_message, _plugin_syncs
 
@@ -289,6 +291,8 @@ def test_batched_gad_with_the_shallow_drafter_syncs_once_per_iteration(setup, re
                   adaptive_block_size="off")
     # as on a GPU: every column projected at once, nothing read on the host but the sync (on a CPU the engine reads by design)
     gen.lazy_verify, gen.host_reads = False, False
+    if width != "off":
+        gen.policy = EveryThirdCall()
     few = batches[8][:3]
     decode_all(gen, models, few[:1])  # warm (one-off preparations: the positional table)
     gen.reset_stats()
@@ -476,16 +480,51 @@ def test_teacher_forced_states_are_the_verifiers_one_position_back(setup):
     assert p.max() > 20 and p.min() == 0  # long and empty prefixes
 
 
-def test_states_the_engine_hands_over_are_the_verifiers_teacher_forced_ones(setup, feature_drafter):
+class EveryThirdCall(FixedBlock):
+    """A width policy that drafts in every third call and takes plain steps between: the drafter's
+    state (its cache, the verifier's states) must catch up over several calls it was not asked in."""
+
+    def begin(self, bsz, k):
+        self.k, self.calls = k, 0
+
+    def width(self):
+        self.calls += 1
+        return self.k if self.calls % 3 == 0 else 0
+
+
+def test_gad_asks_its_drafter_only_for_calls_that_score_the_draft(setup, shallow_drafter):
+    """GAD proposes after the sync, once the next call's width is known: a call the width policy
+    makes plain costs no proposal (asked an iteration ahead, it drafted once for nothing after every
+    probe of the cost-aware width: the drafter's catch-up, ~2.5 plain steps each on en-de)."""
+    models, task, batches, refs = setup
+    gen = shallow(models, task, shallow_drafter, block_size=BLOCK)
+    gen.policy = EveryThirdCall()
+    d = gen.drafter
+    asked, widths = [], []
+    propose, verify = d.propose, gen._verify
+    d.propose = lambda *a, **kw: asked.append(1) or propose(*a, **kw)
+    gen._verify = lambda run, rows: widths.append(rows.draft.size) or verify(run, rows)
+    hyps = decode_all(gen, models, batches[8])
+    assert mismatches(refs[8], hyps) == []
+    drafted = sum(w > 0 for w in widths)
+    assert drafted > 30 and len(asked) == drafted, (len(asked), drafted, len(widths))
+
+
+@pytest.mark.parametrize("width", ["off", "every third call"])
+def test_states_the_engine_hands_over_are_the_verifiers_teacher_forced_ones(setup, feature_drafter, width):
     """GAD at batch 8 (rows leaving at different times, the verifier rejecting drafts): at every
     proposal the drafter's logits equal the training forward's, whose states the frozen verifier's
     decoder computes teacher-forced over the rows' outputs (the states decoding takes from the
-    verification calls; 1e-4: the lean verifier step against fairseq's decoder)."""
+    verification calls; 1e-4: the lean verifier step against fairseq's decoder).  Drafting in every
+    third call only, the states of the calls between are stored when the next proposal reads them
+    (and before rows leave)."""
     from fairseq_plugins.data.nar_drafter_batch import block_input
     from fairseq_plugins.models.shallow_drafter import teacher_forced_features
 
     models, task, batches, refs = setup
     gen = shallow(models, task, feature_drafter, block_size=BLOCK, adaptive_block_size="off")
+    if width != "off":
+        gen.policy = EveryThirdCall()
     d = _loud(gen.drafter)
     verifier = models[0]
     seen = {"diff": [], "rows": [], "fresh": set()}
@@ -512,7 +551,7 @@ def test_states_the_engine_hands_over_are_the_verifiers_teacher_forced_ones(setu
     d.begin, d.select_rows, d.block_logits = spy_begin, spy_select_rows, spy_block_logits
     hyps = decode_all(gen, models, batches[8][:5])
     assert mismatches({k: refs[8][k] for k in hyps}, hyps) == []
-    assert len(seen["diff"]) > 50 and max(seen["diff"]) < 1e-4, max(seen["diff"])
+    assert len(seen["diff"]) > (50 if width == "off" else 15) and max(seen["diff"]) < 1e-4, max(seen["diff"])
     assert len(set(seen["rows"])) >= 4  # rows left the batch at different times
     assert gen.stats["draft_accepted"] < gen.stats["draft_tokens"]  # drafts were rejected
 

@@ -318,11 +318,14 @@ class DraftVerifyGenerator:
         policy.begin(bsz, kmax)
         run = Run(drafter, acceptance, policy, cache, max_len, torch.arange(width + 1, device=device), [None] * bsz,
                   count_stats, propose=policy.expects_draft(), timer=device_clock(device), host_reads=reads)
-        # a prior that does not pay: the first call is a plain step, its draft not even asked for
-        rows.draft = self._propose(run, rows)
-        if rows.draft.size:  # trim to the widest useful draft (one sync before the first call, unless known)
-            known = rows.draft.width if rows.draft.width is not None else int(rows.draft.lengths.max())
-            rows.draft = rows.draft.trim(min(policy.width(), known))
+        if drafter.proposes_after_sync:
+            rows.draft = self._sized_draft(run, rows)
+        else:
+            # a prior that does not pay: the first call is a plain step, its draft not even asked for
+            rows.draft = self._propose(run, rows)
+            if rows.draft.size:  # trim to the widest useful draft (one sync before the first call, unless known)
+                known = rows.draft.width if rows.draft.width is not None else int(rows.draft.lengths.max())
+                rows.draft = rows.draft.trim(min(policy.width(), known))
         run.propose = policy.expects_draft()  # False: the next call is a plain step whatever is proposed
         return run, rows
 
@@ -437,8 +440,10 @@ class DraftVerifyGenerator:
         return draft_lengths(fed.tokens, self.pad), (proposed if run.count_stats else None)
 
     @staticmethod
-    def _propose(run: Run, rows: Rows) -> Draft:
-        if not run.propose:  # the policy has decided on a plain step: nothing to propose
+    def _propose(run: Run, rows: Rows, wanted: Optional[bool] = None) -> Draft:
+        """The drafter's draft for the next call, when the policy wants one (``wanted``, else
+        ``run.propose``: decided an iteration ahead, for a drafter that proposes before the sync)."""
+        if not (run.propose if wanted is None else wanted):  # the policy has decided on a plain step: nothing to propose
             return Draft.none(rows.n_gen, asked=False)
         if not run.drafting:  # asked, but a drafter that stopped has nothing to offer (the policy learns so)
             return Draft.none(rows.n_gen)
@@ -512,16 +517,25 @@ class DraftVerifyGenerator:
         return True
 
     def _next_call(self, run: Run, rows: Rows, synced: Synced):
-        """The next call's draft: proposed now by a drafter that proposes after the sync, trimmed to
-        the policy's width; the policy decides whether the call after it is asked for a draft."""
+        """The next call's draft, trimmed to the policy's width (a drafter that proposes after the
+        sync is asked now, once the width is known); the policy decides whether the call after it
+        is asked for a draft."""
         if run.drafter.proposes_after_sync:
-            rows.draft = self._propose(run, rows)
-        known = rows.draft.width if rows.draft.width is not None else synced.next_width
-        k_next = min(known or 0, run.policy.width())
+            rows.draft = self._sized_draft(run, rows)
+        else:
+            known = rows.draft.width if rows.draft.width is not None else synced.next_width
+            rows.draft = rows.draft.trim(min(known or 0, run.policy.width()))
         run.propose = run.policy.expects_draft()
         if not run.propose and run.policy.stopped():
             run.drafting = False  # no draft for the rest of this batch: plain steps, no drafter bookkeeping
-        rows.draft = rows.draft.trim(k_next)
+
+    def _sized_draft(self, run: Run, rows: Rows) -> Draft:
+        """A drafter that proposes after the sync (GAD) is asked for the next call's draft only when
+        the policy's width for it is known and not 0: asked an iteration ahead, as the others are,
+        it drafted for nothing after every probe (the width fell back to 0 once the probe's result
+        was learnt: ~2.5 plain steps wasted per probe, GAD's drafter catching up on the prefix)."""
+        width = run.policy.width()
+        return self._propose(run, rows, wanted=width > 0).trim(width)
 
     def _count_batch(self, run: Run, bsz: int):
         stats = self.stats

@@ -229,6 +229,8 @@ class ShallowDrafter(NARDrafter):
         seeing every new token and mask); the number of new tokens (the column of the first mask).
         ``fresh``: a host bound of the new tokens of any row (the call is ``fresh + k`` wide)."""
         k, cache = self.k, self.cache
+        if self._arange.numel() < cache.max_length + fresh + k:  # a loose bound after many calls without a proposal
+            self._arange = torch.arange(cache.max_length + fresh + k, device=self._arange.device)
         first = n_gen + 1 - cache.lengths
         cols = self._arange[: fresh + k].unsqueeze(0)
         src = (cache.lengths.unsqueeze(1) + cols).clamp(max=out.size(1) - 1)
