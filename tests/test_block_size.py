@@ -3,7 +3,8 @@ achieve, a batch whose drafts never pay takes plain steps and probes now and the
 policy is the papers' setting."""
 import pytest
 
-from fairseq_plugins.decoding.block_size import MAX_PROBE, PROBE, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths
+from fairseq_plugins.decoding.block_size import (
+    MAX_PROBE, PROBE, PROBE_BUDGET, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths)
 from fairseq_plugins.decoding.iteration_cost import IterationCosts, rows_bucket
 
 PLAIN = 1e-3  # seconds of an idle iteration in the synthetic timings
@@ -165,6 +166,30 @@ def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
         w = policy.width()
         policy.update([w] * rows, [0] * rows)
     assert policy.gap == MAX_PROBE  # the gap stops doubling
+
+
+@pytest.mark.parametrize("draft", [0.1, 4.0])
+def test_probes_that_cost_several_steps_come_further_apart(draft):
+    """The probe interval grows past ``MAX_PROBE`` where a probe costs more (GAD's drafter catches up on
+    the prefix: ~3.5 extra plain steps), so that probes cost at most ``PROBE_BUDGET`` of the plain
+    steps; cheap ones (IAD's) stop at ``MAX_PROBE``."""
+    policy = AdaptiveBlock(costs=timed_costs({1: 0.3}, draft=draft))
+    policy.begin(1, 4)
+    for _ in range(4):
+        policy.update([4], [0])
+    probes = []
+    for i in range(40 * MAX_PROBE):
+        w = policy.width()
+        if w:
+            probes.append(i)
+        policy.update([w], [0], offered=[1] if w else None)
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    extra = policy.costs.relative_cost(1, policy.probed, True) - 1.0
+    if draft < 1:
+        assert extra < PROBE_BUDGET * MAX_PROBE and policy.gap == MAX_PROBE
+    else:
+        assert policy.gap == int(extra / PROBE_BUDGET) > 3 * MAX_PROBE
+    assert extra / min(gaps[-3:]) <= max(PROBE_BUDGET, extra / MAX_PROBE)  # what the probes cost per plain step
 
 
 def test_no_probes_while_many_rows_are_left():

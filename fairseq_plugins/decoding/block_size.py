@@ -32,8 +32,9 @@ speculative decoding, decided here for the whole batch):
 * when no slot pays (width 0: a plain greedy step; to pay, a width must promise ``MIN_GAIN`` more
   tokens per unit of time than a plain step, the same threshold for the width, a probe and a trial
   batch), a probe at the best-paying width is tried now and then (after ``PROBE`` iterations,
-  the interval doubling after every try that did not pay, up to ``MAX_PROBE``, and halving after
-  one that did), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
+  the interval doubling after every try that did not pay, up to ``MAX_PROBE`` or as far as keeps
+  the probes' measured extra cost under ``PROBE_BUDGET`` of the plain steps, and halving after one
+  that did), so that drafts that become useful again (IAD after a re-anchoring) are noticed;
   only once at most ``PROBE_ROWS`` rows are left: a probe widens every row's call, and with many
   rows a drafted token rarely shortens the batch's longest rows (IAD on the en-de demo model at
   batch 32: its probes saved no call and cost ~10%, measured interleaved with the engine's greedy);
@@ -62,7 +63,9 @@ from fairseq_plugins.decoding.iteration_cost import IterationCosts
 
 PROBE = 8          # iterations before a batch whose drafts did not pay tries one draft slot again
 MAX_PROBE = 256    # the interval doubles after each try that did not pay, up to this (64: probes of a GAD drafter
-                   # that never paid cost ~10% over greedy on en-de, each a wide verification and a catch-up)
+                   # that never paid cost ~10% over greedy on en-de, each a wide verification and a catch-up) ...
+PROBE_BUDGET = 0.005  # ... or further, so that probes cost at most this share of plain steps (GAD's cost ~3.5 extra
+                      # steps each, its drafter catching up on the prefix: 1.4% at 256; IAD's ~0.4: 256 stays)
 PROBE_ROWS = 8     # no probes while more rows than this are left (IAD at batch 32: 10% slower, no call saved)
 P_START = 0.4      # a cautious start: at batch 1 one slot is tried, from about 11 rows on none (then probes)
 EMA = 0.5          # discount of the older observations in p, per call
@@ -356,8 +359,15 @@ class AdaptiveBlock(FixedBlock):
             paid = self._pays(self.probed, sum(accepted) / len(accepted))
             # one paying probe halves the gap, it does not reset it: drafting that pays again resumes through p
             # anyway, and a reset to PROBE after a lucky probe bought a run of probes (GAD on en-de: 4% of the decode)
-            self.gap = max(PROBE, self.gap // 2) if paid else min(2 * self.gap, MAX_PROBE)
+            self.gap = max(PROBE, self.gap // 2) if paid else min(2 * self.gap, self._probe_cap())
             self.wait = self.gap
+
+    def _probe_cap(self) -> int:
+        """The longest probe interval: ``MAX_PROBE``, or more where a probe costs more than
+        ``PROBE_BUDGET`` x ``MAX_PROBE`` extra plain steps (priced as measured: a probe of a drafter
+        that must catch up on the prefix, GAD's, is dearer than a drafting call)."""
+        extra = self.costs.relative_cost(self.start_rows, self.probed, True) - 1.0
+        return max(MAX_PROBE, int(extra / PROBE_BUDGET))
 
     def select_rows(self, keep):
         self.settled = False
