@@ -111,6 +111,9 @@ class ShallowDrafter(NARDrafter):
         self.projection = VocabProjection(decoder, rows_of=lambda: getattr(decoder, "draft_vocab", 0))
         self.feature_proj = decoder.verifier_feature_proj  # W_f (--verifier-features), else None
         self.states = None  # (B, width + 1, d) with W_f: row b's verifier state at position j - 1, read at j
+        # the rows of ``states`` the batch's rows are (None: the same rows): rows that leave are dropped from
+        # this map, not from the buffer (copying the buffer at every leave cost ~5% of greedy's time at batch 32)
+        self.state_rows = None
 
     def begin(self, ctx):
         super(NARDrafter, self).begin(ctx)
@@ -121,9 +124,9 @@ class ShallowDrafter(NARDrafter):
                     "--drafter-path was trained with --verifier-features: it reads the verifier's hidden states, which "
                     "the drafter alone (--acceptance all) does not compute; decode with a rule that calls the verifier "
                     "(--acceptance exact), or use a drafter trained without --verifier-features")
-            w = self.feature_proj.weight  # column 0 (BOS) reads no state: it stays zero
-            self.states = w.new_zeros(ctx.src_tokens.size(0), ctx.width + 1, w.size(1))
-        self.unstored = []  # (hidden, n_before) of the verifier's calls observed since the last proposal
+            self._state_shape = (ctx.src_tokens.size(0), ctx.width + 1, self.feature_proj.weight.size(1))
+        self.states = self.state_rows = None  # made when first written: a batch decoded plain never pays for it
+        self.unstored = []  # (hidden, n_before, state rows) of the verifier's calls observed since the last proposal
         encoder_out = ctx.encoder_out
         if encoder_out is None:  # the drafter alone (--acceptance all): no verifier call computed it
             net_input = {"src_tokens": ctx.src_tokens, "src_lengths": ctx.src_lengths}
@@ -165,27 +168,34 @@ class ShallowDrafter(NARDrafter):
         """Each row gains at most one token per column of the verifier's it used (``count <= accepted
         + 1 <= top.size(1)``): a host bound of the next call's new tokens, without reading them."""
         self.uncached += step.top.size(1)
-        if self.states is not None:
+        if self.feature_proj is not None:
             if step.hidden is None:
                 raise NARDrafterError("a drafter with --verifier-features needs the verifier's hidden states "
                                       "(StepResult.hidden): decode it through the draft-and-verify engine")
             # written when a proposal reads them: while the width policy decodes plain steps nothing is
             # (one indexed write per iteration was ~1.5% of the engine's greedy time at batch 1 on en-de)
-            self.unstored.append((step.hidden, step.n_before))
+            self.unstored.append((step.hidden, step.n_before, self.state_rows))
 
     def _store_unstored(self):
-        for hidden, n_before in self.unstored:
-            self.store_states(hidden, n_before)
+        if self.feature_proj is None:
+            return
+        if self.states is None:  # column 0 (BOS) reads no state: it stays zero
+            self.states = self.feature_proj.weight.new_zeros(self._state_shape)
+        for hidden, n_before, rows in self.unstored:
+            self.store_states(hidden, n_before, rows)
         self.unstored = []
 
-    def store_states(self, hidden: Tensor, n_before: Tensor):
+    def store_states(self, hidden: Tensor, n_before: Tensor, rows: Optional[Tensor] = None):
         """The verifier's last hidden states ``(B, m, d)`` at the ``m`` columns it was fed, column ``c``
         of row ``b`` at position ``n_before[b] + c``, written where position ``n_before[b] + c + 1``
-        reads it (no host read).  The accepted tokens' come first; the rest (rejected draft tokens)
-        lie past the row's new length, where the next call writes before anything is read."""
+        reads it (no host read), in the buffer's rows ``rows`` (None: its rows in order).  The
+        accepted tokens' come first; the rest (rejected draft tokens) lie past the row's new length,
+        where the next call writes before anything is read."""
         B, m, d = hidden.shape  # same dtype: the drafter follows the verifier
         shift = self._arange[1 : m + 1]  # positions < width: n_before <= max_len, m <= K + 1
-        if B == 1:  # one row: its offset broadcasts, one 1-D index (fewer ops than the scatter's)
+        if rows is not None:  # rows have left: each row's own buffer row
+            self.states[rows.unsqueeze(1), n_before.unsqueeze(1) + shift] = hidden
+        elif self.states.size(0) == 1:  # one row: its offset broadcasts, one 1-D index (fewer ops than the scatter's)
             self.states.index_copy_(1, n_before + shift, hidden)
         else:
             self.states.scatter_(1, (n_before.unsqueeze(1) + shift).unsqueeze(2).expand(-1, -1, d), hidden)
@@ -208,7 +218,10 @@ class ShallowDrafter(NARDrafter):
             f = longest + 1 - c
             tokens = torch.cat([out[:, c : c + f], self._mask_row], dim=1)
             causal = self._mask(c, f) if len(self.step.layers) > 1 else None
-            added = None if self.states is None else self.feature_input(self.states[:, c : c + f])
+            added = None
+            if self.feature_proj is not None:  # the new tokens' states (the row's own buffer row once rows have left)
+                rows = slice(None) if self.state_rows is None else self.state_rows
+                added = self.feature_input(self.states[rows, c : c + f])
             hidden = self.step.mask_slots(cache, tokens, self._arange[c : c + f + self.k], f, causal, added)
             hidden = hidden[:, : self.block]
             cache.advance(f)  # the new tokens stay in the cache (the masks' entries are overwritten next time)
@@ -216,9 +229,12 @@ class ShallowDrafter(NARDrafter):
             bound = int((n_gen + 1 - cache.lengths).max()) if fresh is None else min(fresh, longest + 1)
             tokens, slots, attn_mask, first = self.block_input(out, n_gen, bound)
             added = None
-            if self.states is not None:  # the new tokens' states (a new token's slot is its position), none at the masks
+            if self.feature_proj is not None:  # the new tokens' states (a new token's slot is its position), none at the masks
                 new = self._arange[: tokens.size(1)].unsqueeze(0) < first.unsqueeze(1)
-                states = self.states.gather(1, slots.unsqueeze(2).expand(-1, -1, self.states.size(2)))
+                if self.state_rows is None:
+                    states = self.states.gather(1, slots.unsqueeze(2).expand(-1, -1, self.states.size(2)))
+                else:  # rows have left: each row's own buffer row, the call's slots
+                    states = self.states[self.state_rows.unsqueeze(1), slots]
                 added = F.linear(states.masked_fill(~new.unsqueeze(2), 0), self.feature_proj.weight)
             _, hidden = self.step(cache, tokens, slots, attn_mask=attn_mask, project=None, added=added)
             at = first.unsqueeze(1) + self._arange[: self.block]  # the draft's mask slots, per row
@@ -274,6 +290,5 @@ class ShallowDrafter(NARDrafter):
             self._kept = rows if self._kept is None else self._kept.index_select(0, rows)
         else:
             self.cache.select_rows(rows, aligned=False)
-        if self.states is not None:
-            self._store_unstored()
-            self.states = self.states.index_select(0, rows)
+        if self.feature_proj is not None:
+            self.state_rows = rows if self.state_rows is None else self.state_rows.index_select(0, rows)
