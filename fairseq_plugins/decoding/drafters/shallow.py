@@ -30,7 +30,8 @@ position ``j``.  They come from the verification calls the engine makes anyway (
 row's own offset (one indexed write per observed call, no host read, made when the next proposal
 needs them: nothing while the width policy decodes plain steps); a call reads the states of its new tokens only, as
 the tokens themselves.  A row reads positions up to its length; the states of rejected draft
-tokens land past it and the next call overwrites them before any is read.
+tokens land past it and the next call overwrites them before any is read.  Rows that leave are
+dropped from a map of the batch's rows onto the buffer's rows (``state_rows``), not copied out of it.
 """
 import math
 from typing import Optional
