@@ -20,6 +20,9 @@ default from the row, see :func:`family_of`), ``"vs_beam5": true`` (the row must
 ``ratio_vs_beam5``: an error when no fairseq beam-5 baseline row runs).
 ``"lossless": true`` rows are compared with the greedy row of their own checkpoint, or of
 ``"greedy_model"`` (frozen blockwise heads must reproduce their base model's greedy output).
+``"control": true`` marks a second engine greedy row (``--drafter none``, lossless) that is timed
+beside the first as a drafting row is: its ``ratio_vs_engine_greedy`` is the harness's own spread
+(an A/A pair: two loaded copies of the same decode), the yardstick for reading the drafting rows'.
 
 For every row x beam x batch size the harness loads the model once (loading is never timed),
 decodes the whole test set once for BLEU (sacreBLEU on detokenised output, against the raw
@@ -354,6 +357,9 @@ def _check_plan(plan, data):
                                      f"{Path(key[0]).name}, beam {beam}, batch {bs}: mark only one \"baseline\": true")
             baselines[key] = row["method"]
     for row, beam, bs in plan:
+        if row.get("control") and not (row.get("lossless") and _drafter_of(row) == "none"):
+            raise BenchmarkError(f"row '{row['method']}' is a control: it must be the engine's greedy "
+                                 "(\"args\": \"... --drafter none\", \"lossless\": true)")
         if row.get("vs_beam5") and (_corpus_folder(row, data), bs, 5) not in baselines:
             raise BenchmarkError(f"row '{row['method']}' asks for ratio_vs_beam5 but no baseline row decodes "
                                  f"{Path(_corpus_folder(row, data)).name} with beam 5 at batch {bs}: add 5 to the "
@@ -509,12 +515,12 @@ def _drafter_of(row):
 
 def _is_engine_greedy(row):
     """The draft-and-verify engine without a drafter (``--drafter none``): the drafting rows' own greedy."""
-    return _drafter_of(row) == "none" and not row.get("baseline")
+    return _drafter_of(row) == "none" and not row.get("baseline") and not row.get("control")
 
 
 def _is_drafting(row):
-    """A lossless row with a drafter: timed beside the engine's greedy too."""
-    return bool(row.get("lossless")) and _drafter_of(row) not in (None, "none")
+    """A lossless row with a drafter, or the A/A control: timed beside the engine's greedy too."""
+    return bool(row.get("lossless")) and (_drafter_of(row) not in (None, "none") or bool(row.get("control")))
 
 
 def _schedule_key(row, beam, bs):

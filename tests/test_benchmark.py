@@ -158,6 +158,25 @@ def test_a_drafter_on_another_checkpoint_is_timed_beside_its_greedy_models_engin
     assert by["heads"]["identical_to_greedy"] == 1.0
 
 
+def test_a_control_row_is_the_engines_greedy_timed_beside_itself(tiny_corpus, tmp_path, monkeypatch):
+    """An A/A control (a second ``--drafter none`` row, ``"control": true``) is timed beside the
+    engine's greedy as a drafting row is: its ratio is the harness's own spread; a control that is
+    not the engine's greedy is refused before anything runs."""
+    per_pass = {("fairseq greedy", 1): 0.2, ("engine greedy", 1): 0.125, ("engine greedy (A/A)", 1): 0.1}
+    greedy = "--task fast_translation --drafter none"
+    rows = [{"method": "engine greedy (A/A)", "args": greedy, "lossless": True, "control": True},
+            {"method": "fairseq greedy", "baseline": True},
+            {"method": "engine greedy", "args": greedy, "lossless": True}]
+    results, loads = run_stubs(rows, per_pass, tiny_corpus, tmp_path, monkeypatch)
+    assert [m for m, *_ in loads] == ["fairseq greedy", "engine greedy", "engine greedy (A/A)"]
+    by = {r["method"]: r for r in results}
+    assert by["engine greedy (A/A)"]["ratio_vs_engine_greedy"] == pytest.approx(1.25)
+    assert by["engine greedy"]["ratio_vs_engine_greedy"] is None
+    bad = [dict(rows[0], args="--task fast_translation --drafter input_copy")] + rows[1:]
+    with pytest.raises(benchmark.BenchmarkError, match="is a control: it must be the engine's greedy"):
+        run_stubs(bad, per_pass, tiny_corpus, tmp_path, monkeypatch)
+
+
 def test_a_checkpoint_rewritten_between_two_rows_is_a_clear_error(tiny_corpus, tmp_path, monkeypatch):
     """A training still running saves checkpoint_best.pt between the greedy row's load and the next
     row's: the lossless comparison and the interleaved timing would compare different weights."""
@@ -300,6 +319,8 @@ def test_reference_rows_time_every_drafter_beside_greedy_of_its_own_model():
         assert r.get("lossless") and benchmark._is_drafting(r), r["method"]
         assert (r["model"], r["corpus"]) in greedy and (r["model"], r["corpus"]) in engine, r["method"]
     assert beam5 == {"typo-en", "en-de"}  # the papers' baseline (IAD's 6x is against beam 5)
+    # every model's A/A control: the spread against which its drafting rows' ratios are read
+    assert {(r["model"], r["corpus"]) for r in rows if r.get("control") and benchmark._is_drafting(r)} == engine
 
 
 def test_order_rows_are_the_convergence_runs_models_timed_against_l2r_kd_at_their_beam():
