@@ -172,7 +172,7 @@ def test_useless_drafts_give_plain_steps_then_a_probe_with_doubling_gaps():
 def test_probes_that_cost_several_steps_come_further_apart(draft):
     """The probe interval grows past ``MAX_PROBE`` where a probe costs more (GAD's drafter catches up on
     the prefix: ~3.5 extra plain steps), so that probes cost at most ``PROBE_BUDGET`` of the plain
-    steps; cheap ones (IAD's) stop at ``MAX_PROBE``."""
+    steps; cheaper ones stop at ``MAX_PROBE``."""
     policy = AdaptiveBlock(costs=timed_costs({1: 0.3}, draft=draft))
     policy.begin(1, 4)
     for _ in range(4):
