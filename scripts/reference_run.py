@@ -140,7 +140,7 @@ def train_command(model, args, gpu):
     save = Path(args.out) / "checkpoints" / model["name"]
     ckpt_root, data_root = Path(args.out) / "checkpoints", Path(args.data).resolve()
     extra = [w.replace("{CKPT}", str(ckpt_root)).replace("{DATA}", str(data_root)) for w in model["extra"]]
-    max_update = max(1, round(args.max_update * model.get("update_scale", 1.0)))
+    max_update = max_update_of(model, args)
     cmd = [sys.executable, "-m", "fairseq_cli.train", str(Path(args.data) / model["corpus"] / "bin"),
            "--user-dir", str(PLUGIN_DIR)] + config_args(model["config"], Path(args.out) / "checkpoints", args.data)
     cmd += ["--save-dir", str(save), "--max-update", str(max_update), "--save-interval-updates", str(args.interval),
@@ -151,6 +151,23 @@ def train_command(model, args, gpu):
         cmd += ["--stop-time-hours", f"{args.stop_minutes / 60:.4f}"]
     cmd += ["--fp16"] if gpu else ["--cpu"]
     return cmd + extra + args.train_args
+
+
+def max_update_of(model, args):
+    return max(1, round(args.max_update * model.get("update_scale", 1.0)))
+
+
+def trained_updates(save_dir):
+    """The updates of ``save_dir``'s checkpoint_last.pt (None without a readable one).  fairseq-train
+    resumed at its --max-update still runs one more update and may overwrite checkpoint_best.pt, which
+    other models were trained against (a drafter's verifier): such a training is not started again."""
+    import torch
+
+    last = Path(save_dir) / "checkpoint_last.pt"
+    if not last.exists() or not readable(last):
+        return None
+    state = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+    return state["optimizer_history"][-1]["num_updates"]
 
 
 def interval_checkpoints(folder):
@@ -346,6 +363,12 @@ class ReferenceRun:
     def start_trainings(self):
         while self.pending and len(self.trainings) < self.args.parallel:
             m = self.pending.pop(0)
+            done = trained_updates(self.out / "checkpoints" / m["name"])
+            if done is not None and done >= max_update_of(m, self.args):
+                self.codes[m["name"]] = 0
+                self.log(f"{m['name']} has {done} updates, at --max-update {max_update_of(m, self.args)}: "
+                         "not trained again (raise --max-update to train it further)")
+                continue
             cmd = train_command(m, self.args, self.gpu)
             restore = restore_file(self.out / "checkpoints" / m["name"])
             self.trainings[m["name"]] = Job(m["name"], cmd + (["--restore-file", str(restore)] if restore else []),

@@ -261,3 +261,22 @@ def test_a_model_without_a_reference_converges_at_three_times_where_its_own_curv
     record = json.loads((out / "typo" / "curve.json").read_text())["converged"]
     assert "typo" in run.converged and record["updates"] == 9000 and record["min_updates"] == 9000
     assert record["reference"] == "self"
+
+
+def test_a_training_at_its_max_update_is_not_started_again(tmp_path, monkeypatch):
+    """fairseq-train resumed at --max-update runs one more update and can overwrite checkpoint_best.pt,
+    the verifier a drafter was trained against: the run must leave such a model alone."""
+    import torch
+
+    out = tmp_path / "out"
+    lst = tmp_path / "list.txt"
+    lst.write_text("done cfg kd\nhalf cfg kd\n")
+    for name, updates in (("done", 1000), ("half", 999)):
+        (out / "checkpoints" / name).mkdir(parents=True)
+        torch.save({"optimizer_history": [{"num_updates": updates}]}, out / "checkpoints" / name / "checkpoint_last.pt")
+    monkeypatch.setattr(reference_run, "train_command",
+                        lambda m, args, gpu: fake_training(out, m["name"], flat_curve(100), 0))
+    reference_run.main(["--models", str(lst), "--data", str(tmp_path), "--out", str(out), "--parallel", "2",
+                        "--poll-seconds", "0.1", "--max-update", "1000", "--flatten-reference", "none"])
+    assert not (out / "done" / "pid").exists()
+    assert (out / "half" / "pid").exists()
