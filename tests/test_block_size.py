@@ -192,6 +192,24 @@ def test_probes_that_cost_several_steps_come_further_apart(draft):
     assert extra / min(gaps[-3:]) <= max(PROBE_BUDGET, extra / MAX_PROBE)  # what the probes cost per plain step
 
 
+def test_a_probe_wider_than_any_call_timed_is_priced_as_the_widest_timed():
+    """Only width-1 calls timed (IAD on en-de: two in 1,000 sentences): the line through them splits
+    their excess between the call's fixed cost and the slot's as the ridge pleases, so a width-10 probe
+    is priced as a width-1 call, for the probe interval's cap as for the width itself (the cap priced it
+    by the extrapolated line: ~11 plain steps at width 10, probes ~2,100 iterations apart instead of ~360)."""
+    costs = timed_costs({1: 0.96}, draft=0.2, verify=0.66, widths=2)
+    policy = AdaptiveBlock(costs=costs)
+    policy.begin(1, 10)
+    for _ in range(4):
+        policy.update([10], [0])
+    for _ in range(40 * MAX_PROBE):
+        w = policy.width()
+        policy.update([w], [0], offered=[1] if w else None)
+    width_1 = costs.relative_cost(1, 1, True) - 1.0
+    assert policy.probed > 4 and costs.relative_cost(1, policy.probed, True) - 1.0 > 2 * width_1
+    assert policy.gap == max(MAX_PROBE, int(width_1 / PROBE_BUDGET))
+
+
 def test_no_probes_while_many_rows_are_left():
     policy = cpu_policy()
     policy.begin(32, 4)  # the prior does not pay at batch 32: plain steps from the start

@@ -487,11 +487,12 @@ class DraftVerifyGenerator:
             # an accepted draft token counts where it was appended (not cut at an EOS or the length limit)
             run.draft_accepted += sum(min(got, after - before)
                                       for got, after, before in zip(synced.got, synced.lengths, rows.lengths))
+        # timed first, so that a probe's verdict in update() prices its width with its own timing in the fit
+        if synced.seconds is not None:  # what an iteration like this one costs here (iteration_cost)
+            run.policy.timed(synced.width, synced.asked, synced.seconds)
         if synced.sent is not None or synced.offered is not None:
             zeros = [0] * len(synced.done)
             run.policy.update(synced.sent or zeros, synced.got or zeros, synced.offered)
-        if synced.seconds is not None:  # what an iteration like this one costs here (iteration_cost)
-            run.policy.timed(synced.width, synced.asked, synced.seconds)
         run.row_iterations += len(synced.done)
         run.iteration += 1
 
