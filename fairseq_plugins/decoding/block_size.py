@@ -65,7 +65,8 @@ PROBE = 8          # iterations before a batch whose drafts did not pay tries on
 MAX_PROBE = 256    # the interval doubles after each try that did not pay, up to this (64: probes of a GAD drafter
                    # that never paid cost ~10% over greedy on en-de, each a wide verification and a catch-up) ...
 PROBE_BUDGET = 0.005  # ... or further, so that probes cost at most this share of plain steps (en-de, batch 1: GAD's
-                      # priced 3.7-4.3 steps, its drafter catching up on the prefix, cap ~650; IAD's width-10 ~12, ~2,200)
+                      # priced 3.7-4.3 steps, its drafter catching up on the prefix, cap ~650; IAD's width-10 probe
+                      # ~2.8, priced as the widest call timed, width 1: cap ~360)
 PROBE_ROWS = 8     # no probes while more rows than this are left (IAD at batch 32: 10% slower, no call saved)
 P_START = 0.4      # a cautious start: at batch 1 one slot is tried, from about 11 rows on none (then probes)
 EMA = 0.5          # discount of the older observations in p, per call
