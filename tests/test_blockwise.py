@@ -238,6 +238,35 @@ def test_criterion_scores_head_i_against_y_t_plus_i(setup):
     assert torch.allclose(loss, sum(log[f"loss_h{h}"] for h in range(2, K + 1)) / (K - 1))
 
 
+def test_base_loss_weight_keeps_the_bases_share_of_a_fine_tuned_objective(setup):
+    """--base-loss-weight w: w x head 1's loss + (1 - w) x the mean of heads 2..K (the mean is w = 1/K);
+    refused where it cannot mean anything (a frozen base, one drawn head, w outside (0, 1))."""
+    import copy
+
+    from fairseq_plugins.criterions.blockwise_cross_entropy import (
+        BlockwiseCriterionError, BlockwiseCrossEntropyCriterion)
+
+    models, _, task, _, _ = setup
+    tuned = copy.deepcopy(models[0]).eval().requires_grad_(True)  # a fine-tuned model: every parameter trains
+    sample = _hand_batch(task)
+    mean = BlockwiseCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    weighted = BlockwiseCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1, base_loss_weight=0.8)
+    with torch.no_grad():
+        loss_mean, _, log = mean(tuned, sample)
+        loss_weighted, _, _ = weighted(tuned, sample)
+    heads = [log[f"loss_h{h}"] for h in range(1, K + 1)]
+    assert torch.allclose(loss_mean, sum(heads) / K)
+    assert torch.allclose(loss_weighted, 0.8 * heads[0] + 0.2 * sum(heads[1:]) / (K - 1))
+    assert not torch.allclose(loss_weighted, loss_mean)
+    with pytest.raises(BlockwiseCriterionError, match="frozen base"):
+        weighted(models[0], sample)
+    with pytest.raises(BlockwiseCriterionError, match="--head-loss mean"):
+        BlockwiseCrossEntropyCriterion(task, False, 0.1, head_loss="random", base_loss_weight=0.5)
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(BlockwiseCriterionError, match="strictly between 0 and 1"):
+            BlockwiseCrossEntropyCriterion(task, False, 0.1, base_loss_weight=bad)
+
+
 def test_random_head_loss_draws_one_trainable_head_reproducibly(setup):
     from fairseq_plugins.criterions.blockwise_cross_entropy import BlockwiseCrossEntropyCriterion
 
