@@ -372,8 +372,8 @@ class AdaptiveBlock(FixedBlock):
 
     def _probe_cap(self) -> int:
         """The longest probe interval: ``MAX_PROBE``, or more where a probe costs more than
-        ``PROBE_BUDGET`` x ``MAX_PROBE`` extra plain steps (priced as measured: a probe of a drafter
-        that must catch up on the prefix, GAD's, is dearer than a drafting call)."""
+        ``PROBE_BUDGET`` x ``MAX_PROBE`` extra plain steps, priced as the width is (``_pricing``: a probe
+        of a drafter that must catch up on the prefix, GAD's, is dearer than a drafting call)."""
         extra = self._pricing()(self.probed) - 1.0
         return max(MAX_PROBE, int(extra / PROBE_BUDGET))
 
