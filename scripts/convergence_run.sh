@@ -2,6 +2,7 @@
 # The convergence run of docs/RESULTS.md ("Convergence run") in one resumable command, for the
 # background of a CPU machine (two trainings at a time, one thread each) or a GPU one:
 #   bash scripts/convergence_run.sh RUNS [STAGE2_MAX_UPDATE]
+# CONVERGENCE_PARALLEL=N trains N models at a time (default 2; 1 leaves a core free for other work).
 # 1. the en-de and typo-correction corpora (skipped when built);
 # 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
 #    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 RUNS [STAGE2_MAX_UPDATE]" >&2; exit 2; }
 mkdir -p "$1"
-runs=$(cd "$1" && pwd) stage2_updates=${2:-30000}
+runs=$(cd "$1" && pwd) stage2_updates=${2:-30000} parallel=${CONVERGENCE_PARALLEL:-2}
 py=python
 [ -x .venv/bin/python ] && py=.venv/bin/python
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -26,13 +27,13 @@ data=$runs/data ref=$runs/ref
 [ -f "$data/typo-en/bin/dict.typo.txt" ] || $py -m scripts.build_typo_corpus --out "$data/typo-en"
 
 $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-    --max-update 12000 --interval 500 --parallel 2 --min-points 4 --flatten-reference self
+    --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 --flatten-reference self
 
 [ -f "$data/en-de-distilled/distill.json" ] || $py -m scripts.distill --data "$data/en-de" \
     --path "$ref/checkpoints/baseline/checkpoint_best.pt" --out "$data/en-de-distilled" --beam 5 --batch-size 64
 
 $py -m scripts.reference_run --models configs/reference/convergence_kd.txt --data "$data" --out "$ref" \
-    --max-update "$stage2_updates" --interval 500 --parallel 2
+    --max-update "$stage2_updates" --interval 500 --parallel "$parallel"
 
 for list in convergence_gold convergence_kd; do
   $py -m scripts.reference_run --models "configs/reference/$list.txt" --data "$data" --out "$ref" \
