@@ -13,11 +13,16 @@
 #    last at >= 3x the updates at which l2r_kd flattened), at most STAGE2_MAX_UPDATE (30000) updates;
 # 5. every model without optimizer state in RUNS/ref/export (the benchmark's --checkpoints).
 # Run it again after an interruption: each step resumes where it stopped.  Logs: RUNS/ref/<name>/.
+# The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there is not
+# trained again, one that converges is packed there at once, and a model with no checkpoint in RUNS
+# goes on from its snapshot there.  Before a machine goes away, snapshot what is training:
+#   python -m scripts.reference_run --models configs/reference/convergence_gold.txt --data RUNS/data \
+#       --out RUNS/ref --models-dir models --skip-training --snapshot   (and the same for convergence_kd.txt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 RUNS [STAGE2_MAX_UPDATE]" >&2; exit 2; }
 mkdir -p "$1"
-runs=$(cd "$1" && pwd) stage2_updates=${2:-30000} parallel=${CONVERGENCE_PARALLEL:-2}
+runs=$(cd "$1" && pwd) stage2_updates=${2:-30000} parallel=${CONVERGENCE_PARALLEL:-2} models=${MODELS_DIR:-$PWD/models}
 py=python
 [ -x .venv/bin/python ] && py=.venv/bin/python
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -27,13 +32,18 @@ data=$runs/data ref=$runs/ref
 [ -f "$data/typo-en/bin/dict.typo.txt" ] || $py -m scripts.build_typo_corpus --out "$data/typo-en"
 
 $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-    --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 --flatten-reference self
+    --models-dir "$models" --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 --flatten-reference self
 
+# the teacher and warm start: this run's baseline, else the converged one in models/
+teacher=$ref/checkpoints/baseline/checkpoint_best.pt
+if [ ! -f "$teacher" ] && [ -f "$models/baseline/checkpoint_best.pt" ]; then
+  mkdir -p "$(dirname "$teacher")" && cp "$models/baseline/checkpoint_best.pt" "$teacher"
+fi
 [ -f "$data/en-de-distilled/distill.json" ] || $py -m scripts.distill --data "$data/en-de" \
-    --path "$ref/checkpoints/baseline/checkpoint_best.pt" --out "$data/en-de-distilled" --beam 5 --batch-size 64
+    --path "$teacher" --out "$data/en-de-distilled" --beam 5 --batch-size 64
 
 $py -m scripts.reference_run --models configs/reference/convergence_kd.txt --data "$data" --out "$ref" \
-    --max-update "$stage2_updates" --interval 500 --parallel "$parallel"
+    --models-dir "$models" --max-update "$stage2_updates" --interval 500 --parallel "$parallel"
 
 for list in convergence_gold convergence_kd; do
   $py -m scripts.reference_run --models "configs/reference/$list.txt" --data "$data" --out "$ref" \

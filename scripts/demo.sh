@@ -1,26 +1,47 @@
 #!/usr/bin/env bash
-# The offline demo, end to end on a fresh machine:
-#   set up .venv -> build the message-catalog corpora -> train the small models -> decode the
-#   test set with every method side by side -> print the comparison table.
-# Knobs (environment): DEMO_UPDATES (training updates per model, default 1000), DEMO_TIMED (sentences
-# timed per row and batch size, default 100; BLEU always covers the whole test set), DEMO_RUNS (timed
-# runs, default 5), DEMO_DISTILL_BEAM (the teacher's beam for distillation, default 5), DEMO_DIR (work
-# folder, default work/demo).  Finished steps are skipped on re-runs.
-# Quick setting (the whole table in 21 minutes measured on one core; models too rough to translate):
-#   DEMO_UPDATES=60 DEMO_TIMED=20 DEMO_RUNS=2 DEMO_DISTILL_BEAM=1 bash scripts/demo.sh
+# The offline demo on a fresh machine.  By default it decodes the shipped test sets with every method
+# whose reference model is in models/ (models/MANIFEST.json says how far each trained) and prints the
+# comparison table and plot: set up .venv -> benchmark -> table.  Rows whose model is not shipped are
+# skipped and named.
+# DEMO_TRAIN=1 trains everything from scratch instead: build the message-catalog corpora -> train the
+#   small models -> distil -> train the reordered models -> benchmark (about 2 hours at the default).
+#   Its quick setting checks the pipeline (models too rough to translate, ~20 minutes):
+#     DEMO_TRAIN=1 DEMO_UPDATES=60 DEMO_TIMED=20 DEMO_RUNS=2 DEMO_DISTILL_BEAM=1 bash scripts/demo.sh
+# Knobs (environment): DEMO_TIMED (sentences timed per row and batch size; BLEU always covers the
+# whole test set), DEMO_RUNS (timed runs), DEMO_DIR (work folder, default work/demo); with DEMO_TRAIN=1
+# also DEMO_UPDATES (training updates per model, default 1000), DEMO_DISTILL_BEAM (the teacher's beam
+# for distillation, default 5).  Finished steps are skipped on re-runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+TRAIN=${DEMO_TRAIN:-0}
 UPDATES=${DEMO_UPDATES:-1000}
-TIMED=${DEMO_TIMED:-100}
-RUNS=${DEMO_RUNS:-5}
 DISTILL_BEAM=${DEMO_DISTILL_BEAM:-5}
 DIR=${DEMO_DIR:-work/demo}
+if [ "$TRAIN" = 1 ]; then TIMED=${DEMO_TIMED:-100} RUNS=${DEMO_RUNS:-5}; else TIMED=${DEMO_TIMED:-50} RUNS=${DEMO_RUNS:-3}; fi
 mkdir -p "$DIR"
 start=$(date +%s)
 say() { echo "[demo $(( $(date +%s) - start ))s] $*"; }
+
+if [ "$TRAIN" != 1 ]; then
+  python - <<'PY'
+from fairseq_plugins.evaluation.reference_models import ReferenceModels
+store = ReferenceModels("models")
+problems = store.problems()
+if problems:
+    raise SystemExit("error: models/ is not whole:\n  " + "\n  ".join(problems) + "\n(git checkout models/ restores it)")
+for name, e in store.models.items():
+    print(f"[demo] models/{name}: {e['updates']} updates, {e['stopped']}; test BLEU {e['test_bleu']}")
+PY
+  say "benchmark: every method whose model is in models/, on the shipped test sets (batch 1 and 32)"
+  python -m scripts.benchmark --rows configs/benchmark/reference.json configs/benchmark/orders.json \
+    --data models/data/en-de --checkpoints models --out "$DIR/results" --timed-sentences "$TIMED" --runs "$RUNS" \
+    --batch-sizes 1 32 --quality-batch-size 32 --skip-missing
+  say "done in $(( $(date +%s) - start ))s; table: $DIR/results/results.md, plot: $DIR/results/speed_vs_bleu.png"
+  exit 0
+fi
 
 for pair in en-de pt_PT-pt_BR; do
   if [ ! -f "$DIR/data/$pair/bin/dict.${pair#*-}.txt" ]; then

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from fairseq_plugins.corpora.files import AtomicBinary, AtomicWriter
 from fairseq_plugins.evaluation import learning_curve, train_log
+from fairseq_plugins.evaluation.reference_models import ReferenceModels, better, evaluation_corpus
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,13 +221,23 @@ def check_curve_header(path, curve, header):
                              "score with the same settings, or move it away to start the curve again")
 
 
+def score(corpus, checkpoint, generate, beam, gpu):
+    """sacreBLEU of ``checkpoint`` on ``corpus``'s split, decoded as every curve is; (quality, sentence ids)."""
+    from scripts.benchmark import FairseqRunner
+
+    runner = FairseqRunner(corpus, checkpoint, f"{CURVE_GENERATE} {generate}", beam, 128,
+                           "cuda" if gpu else "cpu", gpu, 1, max_len=(1.2, 10))
+    tokens = runner.decode(runner.batches)
+    ids = sorted(tokens)
+    return corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids), ids
+
+
 def curve(args):
     """Subcommand: score one model's interval checkpoints that its curve.json does not hold yet (at
     most ``--max-points``), appending each point to curve.json as soon as it is scored."""
     import torch
 
     from fairseq_plugins.evaluation.corpus import Corpus
-    from scripts.benchmark import FairseqRunner
 
     torch.set_num_threads(1)
     gpu = cuda_available()
@@ -254,12 +265,7 @@ def curve(args):
             print(f"warning: skipped {ckpt} (delete it, or let the training save it again)", flush=True)
             continue
         corpus = corpus or Corpus(Path(args.data) / args.corpus, subset=args.curve_subset)
-        runner = FairseqRunner(corpus, ckpt, f"{CURVE_GENERATE} {args.generate}", args.curve_beam, 128,
-                               "cuda" if gpu else "cpu", gpu, 1, max_len=(1.2, 10))
-        tokens = runner.decode(runner.batches)
-        ids = sorted(tokens)
-        quality = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
-        del runner
+        quality, ids = score(corpus, ckpt, args.generate, args.curve_beam, gpu)
         loss = train_log.valid_losses(log).get(updates)
         point = {"updates": updates, "valid_loss": loss, "bleu": quality["bleu"], "bp": quality["bp"]}
         result["points"] = sorted(result["points"] + [point], key=lambda p: p["updates"])
@@ -282,7 +288,9 @@ class ReferenceRun:
         self.trainings = {}  # name -> Job
         self.codes = {}  # name -> exit code of a training that ended by itself
         self.converged = set()
-        self.scorer = None  # (name, Job)
+        self.scorer = None  # (name, Job): a curve's scorer, or the packer of a converged model into --models-dir
+        self.store = ReferenceModels(args.models_dir) if getattr(args, "models_dir", None) else None
+        self.to_pack = []  # converged models not yet packed into --models-dir
         self.attempted = {}  # name -> the unscored checkpoints when it was last given to the scorer
         self.turn = 0  # the scorer goes round the models
         self.reference = None if args.flatten_reference.lower() == "none" else args.flatten_reference
@@ -299,7 +307,7 @@ class ReferenceRun:
                 self.watch()
                 self.start_trainings()
                 self.start_scorer()
-                if not (self.pending or self.trainings or self.scorer):
+                if not (self.pending or self.trainings or self.scorer or self.to_pack):
                     break
                 self.report_progress()
                 time.sleep(self.args.poll_seconds)
@@ -353,6 +361,9 @@ class ReferenceRun:
 
     def mark_converged(self, name, updates):
         self.converged.add(name)
+        entry = self.store and self.store.entry(name)
+        if self.store and not (entry and entry.get("converged")):
+            self.to_pack.append(name)  # each model goes into models/ as soon as it converges
         self.pending = [p for p in self.pending if p["name"] != name]
         if name in self.trainings:
             self.trainings.pop(name).stop()
@@ -363,6 +374,11 @@ class ReferenceRun:
     def start_trainings(self):
         while self.pending and len(self.trainings) < self.args.parallel:
             m = self.pending.pop(0)
+            entry = self.store and self.store.entry(m["name"])
+            if entry and entry.get("converged"):
+                self.codes[m["name"]] = 0
+                self.log(f"{m['name']} is in {self.store.folder}, converged at {entry['updates']} updates: not trained again")
+                continue
             done = trained_updates(self.out / "checkpoints" / m["name"])
             if done is not None and done >= max_update_of(m, self.args):
                 self.codes[m["name"]] = 0
@@ -370,14 +386,29 @@ class ReferenceRun:
                          "not trained again (raise --max-update to train it further)")
                 continue
             cmd = train_command(m, self.args, self.gpu)
-            restore = restore_file(self.out / "checkpoints" / m["name"])
+            restore = restore_file(self.out / "checkpoints" / m["name"]) or self.shipped_start(m)
             self.trainings[m["name"]] = Job(m["name"], cmd + (["--restore-file", str(restore)] if restore else []),
                                             self.out / m["name"] / "train.log", self.env)
             self.log(f"started {m['name']}")
 
+    def shipped_start(self, m):
+        """The --models-dir checkpoint a training without a run folder of its own goes on from (None: none)."""
+        if not self.store or (self.out / "checkpoints" / m["name"] / "checkpoint_last.pt").exists():
+            return None
+        shipped = self.store.resumable(m["name"], Path(self.args.data) / m["corpus"])
+        if shipped:
+            self.log(f"{m['name']}: no checkpoint in {self.out}; going on from {shipped} "
+                     f"({self.store.entry(m['name'])['updates']} updates)")
+        return shipped
+
     def start_scorer(self):
-        """Give the scorer the next model (in turn) with interval checkpoints its curve does not hold."""
+        """Give the scorer the next converged model to pack, else the next model (in turn) with interval
+        checkpoints its curve does not hold."""
         if self.scorer:
+            return
+        if self.to_pack:
+            name = self.to_pack.pop(0)
+            self.scorer = (name, Job(name, self.pack_command(name), self.out / name / "pack.log", self.env))
             return
         for i in range(len(self.models)):
             m = self.models[(self.turn + i) % len(self.models)]
@@ -441,6 +472,13 @@ class ReferenceRun:
                 "--curve-beam", str(m["beam"] or self.args.curve_beam), f"--generate={m['generate']}",
                 "--max-points", "1"]
 
+    def pack_command(self, name):
+        a = self.args
+        return [sys.executable, "-m", "scripts.reference_run", "--pack", "--name", name, "--models", a.models,
+                "--data", a.data, "--out", a.out, "--models-dir", a.models_dir, "--max-update", str(a.max_update),
+                "--interval", str(a.interval), "--seed", str(a.seed), "--curve-beam", str(a.curve_beam)] + \
+            (["--"] + a.train_args if a.train_args else [])
+
     def report_progress(self):
         if self.trainings and time.time() - self.last_report >= 60:
             self.last_report = time.time()
@@ -503,6 +541,50 @@ def export(models, out, dest, data):
         print(f"exported {src}", flush=True)
 
 
+def offer(m, args):
+    """Offer model ``m`` to ``--models-dir``: its converged checkpoint, else (a snapshot before a machine goes
+    away) its newest one, with validation and test BLEU as its curve is decoded; packed if better than
+    the one there (reference_models.better)."""
+    import torch
+
+    from fairseq_plugins.evaluation.corpus import Corpus
+
+    torch.set_num_threads(1)
+    gpu = cuda_available()
+    curve = learning_curve.read(Path(args.out) / m["name"] / "curve.json") or {"points": []}
+    converged = curve.get("converged")
+    checkpoint = exported_checkpoint(m, args.out, args.data) if converged else \
+        Path(args.out) / "checkpoints" / m["name"] / "checkpoint_last.pt"
+    if not checkpoint.exists():
+        return False
+    updates = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["optimizer_history"][-1]["num_updates"]
+    max_update = max_update_of(m, args)
+    stopped = (f"converged at {updates} updates (validation BLEU within {converged['tolerance']} over the last two of "
+               f">= {converged['min_points']} points, the last at >= {converged['min_updates']} updates)" if converged else
+               f"not converged: {updates} of at most {max_update} updates when packed" +
+               (" (the cap)" if updates >= max_update else "; the run goes on from here"))
+    corpus = Path(args.data) / m["corpus"]
+    train = train_command(m, args, gpu)
+    entry = {"name": m["name"], "config": m["config"], "corpus": m["corpus"], "updates": updates, "converged": converged,
+             "stopped": stopped, "beam": m["beam"] or args.curve_beam, "generate": f"{CURVE_GENERATE} {m['generate']}".strip(),
+             "command": shlex.join(["fairseq-train"] + train[train.index("fairseq_cli.train") + 1:]),
+             "valid_bleu": None, "test_bleu": None}
+    store = ReferenceModels(args.models_dir)
+    if not better(dict(entry, valid_bleu=float("inf")), store.entry(m["name"])):
+        print(f"{m['name']}: {store.folder} holds a model at least as far along; kept", flush=True)
+        return False
+    if m["curve"]:  # a GAD drafter does not translate by itself
+        point = [p for p in curve["points"] if p["updates"] == updates and p["bleu"] is not None]
+        evaluation = evaluation_corpus(corpus)
+        entry["valid_bleu"] = point[0]["bleu"] if point else \
+            score(Corpus(evaluation, subset="valid"), checkpoint, m["generate"], entry["beam"], gpu)[0]["bleu"]
+        entry["test_bleu"] = score(Corpus(evaluation, subset="test"), checkpoint, m["generate"], entry["beam"], gpu)[0]["bleu"]
+    taken = store.offer(entry, checkpoint, corpus)
+    print(f"{m['name']}: {'packed into' if taken else 'not better than the model in'} {store.folder} ({stopped}; "
+          f"valid BLEU {entry['valid_bleu']}, test BLEU {entry['test_bleu']})", flush=True)
+    return taken
+
+
 def plot(summary, path):
     from fairseq_plugins.viz.pyplot import pyplot
 
@@ -546,16 +628,26 @@ def main(argv=None):
                          "the model's own curve first did (models without a reference); 'none': no such floor")
     ap.add_argument("--skip-training", action="store_true", help="only score (and watch) the checkpoints there are")
     ap.add_argument("--export", help="write every model's converged (else best) checkpoint, without optimizer state, here")
+    ap.add_argument("--models-dir", help="the reference models' folder (the repository's models/): a model converged there "
+                    "is not trained again, one that is not goes on from there when OUT has no checkpoint of it, and a "
+                    "model that converges is packed there at once")
+    ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
+                    "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
     ap.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)  # internal: one model's curve
     ap.add_argument("--name", help=argparse.SUPPRESS)
     ap.add_argument("--corpus", help=argparse.SUPPRESS)
     ap.add_argument("--generate", default="", help=argparse.SUPPRESS)
     ap.add_argument("--max-points", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)  # internal: pack one converged model
     ap.add_argument("train_args", nargs="*", help="extra fairseq-train arguments for every model (after --)")
     args = ap.parse_args(argv)
     if args.curve:
         return curve(args)
+    if args.snapshot and not args.models_dir:
+        ap.error("--snapshot packs into --models-dir: give it")
+    if args.pack:
+        return offer(read_models(args.models, [args.name])[0], args)
     models = read_models(args.models, args.names)
     out = Path(args.out)
     gpu = cuda_available()
@@ -574,6 +666,9 @@ def main(argv=None):
     plot(summary, out / "curves.png")
     if args.export:
         export(models, out, args.export, args.data)
+    if args.snapshot:
+        for m in models:
+            offer(m, args)
     for name, c in summary.items():
         best = max((p for p in c["points"] if p["bleu"] is not None), key=lambda p: p["bleu"], default=None)
         last = c["points"][-1] if c["points"] else None

@@ -1,0 +1,207 @@
+"""The reference models kept in the repository's ``models/`` folder: the only checkpoints in git.
+
+Layout (``python -m scripts.benchmark --checkpoints models/ --data models/data/en-de`` reads it as it is)::
+
+    models/MANIFEST.json               one entry per model: what it is, how far it trained, its BLEU, sha256
+    models/<name>/checkpoint_best.pt   fp16 weights and the saved config; no optimizer moments
+    models/data/<corpus>/              what a model is measured on: the subword model, the dictionaries and
+                                       the valid/test sets as text and binarized (a corpus folder without train)
+
+The corpora are built from the message catalogs of a machine, which differ between machines, so the
+published numbers are measured on the shipped sets, and a training goes on from a shipped model only
+on a corpus with the same hash.  A packed checkpoint keeps what ``fairseq-train --restore-file``
+needs to go on (the update count, the learning-rate schedule, the optimizer's parameter groups and
+the data position; Adam's moments start again), so a machine that lost its run folder resumes from
+the repository.  A model is replaced only by a better-converged one (:func:`better`), and the folder
+stays within :data:`BUDGET_BYTES`.
+"""
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from fairseq_plugins.corpora.files import AtomicBinary, AtomicWriter
+
+BUDGET_BYTES = 40 * 2 ** 20  # the whole models/ folder
+MANIFEST = "MANIFEST.json"
+CHECKPOINT = "checkpoint_best.pt"
+DATA = "data"
+EXTRA_STATE_KEPT = ("train_iterator", "previous_training_time", "best", "val_loss")  # what resuming reads
+EVALUATION_SPLITS = ("valid", "test")
+
+
+class ReferenceModelError(SystemExit):
+    def __init__(self, message):
+        super().__init__(f"error: {message}")
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def corpus_sha256(corpus):
+    """One hash of a corpus folder's binarized splits and dictionaries (``bin/``): what a model trained on."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in (Path(corpus) / "bin").iterdir() if p.suffix in (".bin", ".idx", ".txt")
+                   and p.name != "preprocess.log")
+    if not files:
+        raise ReferenceModelError(f"{corpus}/bin holds no binarized corpus")
+    for p in files:
+        digest.update(p.name.encode() + b"\0" + file_sha256(p).encode())
+    return digest.hexdigest()
+
+
+def evaluation_corpus(corpus):
+    """The corpus whose valid/test sets a model trained on ``corpus`` is measured on: a distilled corpus's
+    original (its ``distill.json`` names it; the splits are copies of the gold ones), else itself."""
+    record = Path(corpus) / "distill.json"
+    if record.exists():
+        return Path(json.loads(record.read_text())["data"])
+    return Path(corpus)
+
+
+def _half(state_dict):
+    """Floating-point tensors as fp16; tensors that share storage (tied embeddings) stay one tensor."""
+    halves = {}
+    for key, tensor in state_dict.items():
+        if tensor.is_floating_point():
+            alias = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+            state_dict[key] = halves.setdefault(alias, tensor.half())
+    return state_dict
+
+
+def pack_checkpoint(src, dest):
+    """Write ``src`` (a fairseq checkpoint) to ``dest`` as the models/ folder keeps it; returns its size."""
+    import torch
+
+    state = torch.load(src, map_location="cpu", weights_only=False)
+    state["model"] = _half(state["model"])
+    optimizer = state.get("last_optimizer_state")
+    # the parameter groups let fairseq-train --restore-file rebuild the optimizer; its moments start at zero
+    state["last_optimizer_state"] = None if optimizer is None else {"state": {}, "param_groups": optimizer["param_groups"]}
+    extra = state.get("extra_state") or {}
+    state["extra_state"] = {k: extra[k] for k in EXTRA_STATE_KEPT if k in extra}
+    with AtomicBinary(dest) as f:
+        torch.save(state, f)
+    return Path(dest).stat().st_size
+
+
+def ship_corpus(corpus, dest):
+    """Copy what measuring a model on ``corpus`` needs into ``dest`` (no train split)."""
+    corpus, dest = Path(corpus), Path(dest)
+    wanted = [p for p in corpus.iterdir() if p.is_file() and (p.name.split(".")[0] in EVALUATION_SPLITS
+                                                               or p.name.startswith(("spm.", "subword", "bpe")))]
+    wanted += [p for p in (corpus / "bin").iterdir() if p.name.startswith(("dict.",) + EVALUATION_SPLITS)]
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for p in wanted:
+        target = tmp / p.relative_to(corpus)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, target)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+
+
+def better(new, old):
+    """Whether entry ``new`` may replace ``old``: a converged model beats one that is not; between
+    converged ones, the higher validation BLEU; between unconverged ones, the one trained further."""
+    if old is None:
+        return True
+    if bool(new.get("converged")) != bool(old.get("converged")):
+        return bool(new.get("converged"))
+    if new.get("converged"):
+        return (new.get("valid_bleu") or 0.0) > (old.get("valid_bleu") or 0.0)
+    return new["updates"] > old["updates"]
+
+
+def folder_bytes(folder, leave_out=()):
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and p not in leave_out)
+
+
+class ReferenceModels:
+    """The models/ folder: read its manifest, offer it a model, verify it."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        path = self.folder / MANIFEST
+        self.manifest = json.loads(path.read_text()) if path.exists() else {"budget_bytes": BUDGET_BYTES, "models": {}}
+
+    @property
+    def models(self):
+        return self.manifest["models"]
+
+    def checkpoint(self, name):
+        return self.folder / name / CHECKPOINT
+
+    def entry(self, name):
+        return self.models.get(name)
+
+    def resumable(self, name, corpus):
+        """The shipped checkpoint a training of ``name`` on ``corpus`` may go on from (None: none, or converged);
+        an error when its corpus differs: its dictionaries would not match."""
+        entry = self.entry(name)
+        if entry is None or entry.get("converged") or not self.checkpoint(name).exists():
+            return None
+        if entry["corpus_sha256"] != corpus_sha256(corpus):
+            raise ReferenceModelError(
+                f"{self.checkpoint(name)} was trained on another {entry['corpus']} corpus (this machine's message catalogs "
+                f"differ from those it was built from); train {name} from scratch in another --out without "
+                "--models-dir, or build the corpus on a machine like the one named in the manifest")
+        return self.checkpoint(name)
+
+    def offer(self, entry, checkpoint, corpus):
+        """Pack ``checkpoint`` as ``entry['name']`` if it is better than the model there (:func:`better`) and the
+        folder stays within budget; returns whether it was taken.  ``entry``: the manifest fields known
+        to the caller (name, config, corpus, updates, converged, stopped, valid_bleu, test_bleu, command)."""
+        name = entry["name"]
+        old = self.entry(name)
+        if not better(entry, old):
+            return False
+        self.folder.mkdir(parents=True, exist_ok=True)
+        staged = self.folder / f".{name}.staged.pt"
+        size = pack_checkpoint(checkpoint, staged)
+        budget = self.manifest.get("budget_bytes", BUDGET_BYTES)
+        total = folder_bytes(self.folder, leave_out={staged, self.checkpoint(name)}) + size
+        if total > budget:
+            staged.unlink()
+            raise ReferenceModelError(f"{name} ({size / 2**20:.1f} MiB) would bring {self.folder} to {total / 2**20:.1f} "
+                                      f"MiB, over its budget of {budget / 2**20:.0f} MiB: remove a model from the manifest "
+                                      "and its folder first")
+        evaluation = evaluation_corpus(corpus)
+        shipped = self.folder / DATA / evaluation.name
+        if not shipped.exists():
+            ship_corpus(evaluation, shipped)
+        self.checkpoint(name).parent.mkdir(exist_ok=True)
+        os.replace(staged, self.checkpoint(name))
+        self.models[name] = dict(entry, corpus_sha256=corpus_sha256(corpus), evaluation_data=f"{DATA}/{evaluation.name}",
+                                 checkpoint=f"{name}/{CHECKPOINT}", bytes=size,
+                                 sha256=file_sha256(self.checkpoint(name)))
+        self.save()
+        return True
+
+    def save(self):
+        self.manifest["models"] = dict(sorted(self.models.items()))
+        with AtomicWriter(self.folder / MANIFEST) as f:
+            f.write(json.dumps(self.manifest, indent=1) + "\n")
+
+    def problems(self):
+        """What is wrong with the folder: a checkpoint missing or not matching its sha256, a missing
+        evaluation set, the budget passed."""
+        found = []
+        for name, entry in self.models.items():
+            path = self.folder / entry["checkpoint"]
+            if not path.exists():
+                found.append(f"{name}: {path} is missing")
+            elif file_sha256(path) != entry["sha256"]:
+                found.append(f"{name}: {path} does not match its sha256 in {MANIFEST}")
+            if not (self.folder / entry["evaluation_data"] / "bin").exists():
+                found.append(f"{name}: its evaluation set {entry['evaluation_data']} is missing")
+        total = folder_bytes(self.folder) if self.folder.exists() else 0
+        if total > self.manifest.get("budget_bytes", BUDGET_BYTES):
+            found.append(f"{self.folder} holds {total / 2**20:.1f} MiB, over its budget")
+        return found

@@ -1,0 +1,177 @@
+"""The reference models in models/ (fairseq_plugins/evaluation/reference_models.py): every shipped
+entry matches its sha256 and decodes through stock fairseq-generate; a packed checkpoint is fp16 with
+its tied embeddings stored once and no optimizer moments, and fairseq-train goes on from it at its
+update count and learning rate; the replacement rule, the budget and the corpus check; the reference
+run reads the folder (a converged model is not trained again, a training without a run folder goes
+on from its snapshot)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import PLUGIN_DIR, REPO, TINY_TRAIN_ARGS, fairseq_cli, run
+from fairseq_plugins.evaluation import reference_models as rm
+from scripts import reference_run
+
+SHIPPED = rm.ReferenceModels(REPO / "models")
+
+
+def test_the_shipped_folder_is_whole_and_within_budget():
+    assert SHIPPED.problems() == []
+    tracked = subprocess.run(["git", "ls-files", "*.pt"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    assert all(p.startswith("models/") for p in tracked), tracked  # the only checkpoints in git
+    assert {f"models/{e['checkpoint']}" for e in SHIPPED.models.values()} >= set(tracked)
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED.models))
+def test_a_shipped_model_decodes_with_stock_fairseq_generate(name):
+    entry = SHIPPED.entry(name)
+    for key in ("config", "corpus", "corpus_sha256", "updates", "stopped", "command", "sha256", "valid_bleu", "test_bleu"):
+        assert key in entry, key
+    data = SHIPPED.folder / entry["evaluation_data"]
+    if entry["test_bleu"] is None:
+        pytest.skip(f"{name} does not translate by itself (a GAD drafter); the drafter tests decode with it")
+    out = run([fairseq_cli("fairseq-generate"), str(data / "bin"), "--user-dir", PLUGIN_DIR, "--path",
+               str(SHIPPED.checkpoint(name)), "--gen-subset", "test", "--beam", "2", "--batch-size", "64", "--cpu",
+               "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece"] + entry["generate"].split(),
+              timeout=600).stdout
+    hypotheses = [line for line in out.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == sum(1 for _ in open(next(data.glob("test.*"))))  # every test sentence
+    assert sum(len(h.split("\t")[2].split()) for h in hypotheses) > len(hypotheses)  # it translates, not only EOS
+
+
+def test_a_packed_checkpoint_is_fp16_with_tied_embeddings_once_and_no_moments(tmp_path, tiny_model):
+    size = rm.pack_checkpoint(tiny_model, tmp_path / "packed.pt")
+    original = torch.load(tiny_model, map_location="cpu", weights_only=False)
+    packed = torch.load(tmp_path / "packed.pt", map_location="cpu", weights_only=False)
+    for key, tensor in original["model"].items():
+        assert packed["model"][key].dtype == (torch.float16 if tensor.is_floating_point() else tensor.dtype)
+        assert torch.equal(packed["model"][key].float(), tensor.half().float())
+    tied = [k for k in packed["model"] if k.endswith("embed_tokens.weight")]
+    assert len(tied) == 2 and packed["model"][tied[0]].data_ptr() == packed["model"][tied[1]].data_ptr()
+    unique = {t.data_ptr(): t.numel() * 2 for t in packed["model"].values() if t.is_floating_point()}
+    assert size < sum(unique.values()) + 64 * 1024  # stored once: no second copy of the embeddings
+    assert packed["last_optimizer_state"]["state"] == {} and packed["cfg"] is not None
+    assert packed["optimizer_history"][-1]["num_updates"] == original["optimizer_history"][-1]["num_updates"]
+
+
+def test_fairseq_train_goes_on_from_a_packed_checkpoint(tmp_path, tiny_corpus, tiny_model):
+    """At its update count and on its learning-rate schedule (a restart would warm up again from 1e-7)."""
+    packed = tmp_path / "packed.pt"
+    rm.pack_checkpoint(tiny_model, packed)
+    done = torch.load(packed, map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"]
+    save = tmp_path / "save"
+    run([fairseq_cli("fairseq-train"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--task",
+               "fast_translation", "--save-dir", str(save), "--max-update", str(done + 3), "--restore-file", str(packed),
+               "--disable-validation", "--log-interval", "1"] + [a for a in TINY_TRAIN_ARGS if a != "--no-last-checkpoints"],
+              timeout=600)
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == done + 3
+    expected = 3e-3 * (50 ** 0.5) * (done + 3) ** -0.5  # inverse_sqrt past its 50 warm-up updates
+    lr = state["last_optimizer_state"]["param_groups"][0]["lr"]
+    assert abs(lr - expected) < 0.02 * expected, (lr, expected)
+
+
+def fake_corpus(folder, content="a"):
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "dict.en.txt").write_text(content)
+    (folder / "bin" / "test.en-de.en.bin").write_text(content)
+    (folder / "test.en").write_text("x\n")
+    (folder / "train.en").write_text("not shipped\n")
+    return folder
+
+
+def entry(name, updates, converged=False, valid_bleu=None):
+    return {"name": name, "config": "c", "corpus": "en-de", "updates": updates, "valid_bleu": valid_bleu,
+            "converged": {"updates": updates} if converged else None, "stopped": "s", "command": "fairseq-train",
+            "test_bleu": None}
+
+
+def test_a_model_is_replaced_only_by_a_better_converged_one(tmp_path, tiny_model):
+    corpus = fake_corpus(tmp_path / "en-de")
+    store = rm.ReferenceModels(tmp_path / "models")
+    assert store.offer(entry("m", 500), tiny_model, corpus)
+    assert not store.offer(entry("m", 400), tiny_model, corpus)  # an earlier snapshot
+    assert store.offer(entry("m", 900), tiny_model, corpus)
+    assert store.offer(entry("m", 800, converged=True, valid_bleu=30.0), tiny_model, corpus)
+    assert not store.offer(entry("m", 2000), tiny_model, corpus)  # unconverged never replaces converged
+    assert not store.offer(entry("m", 2000, converged=True, valid_bleu=29.0), tiny_model, corpus)
+    again = rm.ReferenceModels(tmp_path / "models")
+    assert again.entry("m")["updates"] == 800 and again.problems() == []
+    assert (tmp_path / "models/data/en-de/test.en").exists() and not (tmp_path / "models/data/en-de/train.en").exists()
+    assert again.entry("m")["sha256"] == rm.file_sha256(again.checkpoint("m"))
+    again.checkpoint("m").write_bytes(b"changed")
+    assert "does not match its sha256" in again.problems()[0]
+
+
+def test_over_budget_is_refused_and_nothing_is_written(tmp_path, tiny_model):
+    corpus = fake_corpus(tmp_path / "en-de")
+    store = rm.ReferenceModels(tmp_path / "models")
+    store.offer(entry("a", 100), tiny_model, corpus)
+    before = sorted(p.name for p in (tmp_path / "models").rglob("*"))
+    store.manifest["budget_bytes"] = rm.folder_bytes(tmp_path / "models") + 1000
+    with pytest.raises(SystemExit, match="over its budget"):
+        store.offer(entry("b", 100), tiny_model, corpus)
+    assert sorted(p.name for p in (tmp_path / "models").rglob("*")) == before
+    assert "b" not in rm.ReferenceModels(tmp_path / "models").models
+
+
+def test_a_snapshot_of_another_corpus_is_not_resumed(tmp_path, tiny_model):
+    store = rm.ReferenceModels(tmp_path / "models")
+    store.offer(entry("m", 100), tiny_model, fake_corpus(tmp_path / "en-de"))
+    assert store.resumable("m", tmp_path / "en-de") == store.checkpoint("m")
+    with pytest.raises(SystemExit, match="another en-de corpus"):
+        store.resumable("m", fake_corpus(tmp_path / "other", content="b"))
+
+
+def test_the_run_skips_converged_models_and_resumes_snapshots_from_the_folder(tmp_path, tiny_model, monkeypatch):
+    data = tmp_path / "data"
+    fake_corpus(data / "en-de")
+    store = rm.ReferenceModels(tmp_path / "models")
+    store.offer(entry("done", 800, converged=True, valid_bleu=30.0), tiny_model, data / "en-de")
+    store.offer(entry("going", 300), tiny_model, data / "en-de")
+    lst = tmp_path / "list.txt"
+    lst.write_text("done cfg en-de\ngoing cfg en-de\nfresh cfg en-de\n")
+    started = {}
+
+    def command(m, args, gpu):
+        return [sys.executable, "-c", "pass"]
+
+    class Recorder(reference_run.Job):
+        def __init__(self, name, cmd, log, env):
+            started[name] = cmd
+            super().__init__(name, cmd, log, env)
+
+    monkeypatch.setattr(reference_run, "train_command", command)
+    monkeypatch.setattr(reference_run, "Job", Recorder)
+    reference_run.main(["--models", str(lst), "--data", str(data), "--out", str(tmp_path / "out"), "--parallel", "1",
+                        "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference", "none"])
+    assert "done" not in started
+    assert started["going"][-2:] == ["--restore-file", str(store.checkpoint("going"))]
+    assert "--restore-file" not in started["fresh"]
+
+
+def test_a_converged_model_is_packed_with_its_bleu_and_command(tmp_path, tiny_corpus, tiny_model):
+    out, models = tmp_path / "out", tmp_path / "models"
+    updates = torch.load(tiny_model, map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"]
+    (out / "checkpoints" / "m").mkdir(parents=True)
+    (out / "checkpoints" / "m" / f"checkpoint_1_{updates}.pt").symlink_to(tiny_model)
+    (out / "m").mkdir()
+    points = [{"updates": updates, "valid_loss": 5.0, "bleu": 1.5, "bp": 1.0}]
+    (out / "m" / "curve.json").write_text(json.dumps(
+        {"name": "m", "points": points, "converged": {"updates": updates, "min_points": 4, "tolerance": 0.3,
+                                                       "min_updates": 0, "reference": None}}))
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"m configs/models/baseline.args {tiny_corpus.name} beam=2\n")
+    argv = ["--models", str(lst), "--data", str(tiny_corpus.parent), "--out", str(out), "--models-dir", str(models),
+            "--name", "m", "--max-update", "5000"]
+    reference_run.main(argv + ["--pack"])
+    entry = rm.ReferenceModels(models).entry("m")
+    assert entry["updates"] == updates and entry["converged"]["updates"] == updates and "converged at" in entry["stopped"]
+    assert entry["valid_bleu"] == 1.5 and isinstance(entry["test_bleu"], float) and entry["beam"] == 2
+    assert entry["command"].startswith("fairseq-train ") and "--max-update 5000" in entry["command"]
+    assert entry["evaluation_data"] == f"data/{tiny_corpus.name}" and (models / "data" / tiny_corpus.name / "bin").exists()
+    assert rm.ReferenceModels(models).problems() == []
