@@ -397,8 +397,10 @@ class ReferenceRun:
             return None
         shipped = self.store.resumable(m["name"], Path(self.args.data) / m["corpus"])
         if shipped:
-            self.log(f"{m['name']}: no checkpoint in {self.out}; going on from {shipped} "
-                     f"({self.store.entry(m['name'])['updates']} updates)")
+            entry = self.store.entry(m["name"])
+            self.log(f"{m['name']}: no checkpoint in {self.out}; going on from {shipped} ({entry['updates']} updates)")
+            if entry.get("curve") and learning_curve.read(self.curve_path(m["name"])) is None:
+                learning_curve.write(self.curve_path(m["name"]), entry["curve"])  # the rule counts its earlier points
         return shipped
 
     def start_scorer(self):
@@ -568,7 +570,7 @@ def offer(m, args):
     entry = {"name": m["name"], "config": m["config"], "corpus": m["corpus"], "updates": updates, "converged": converged,
              "stopped": stopped, "beam": m["beam"] or args.curve_beam, "generate": f"{CURVE_GENERATE} {m['generate']}".strip(),
              "command": shlex.join(["fairseq-train"] + train[train.index("fairseq_cli.train") + 1:]),
-             "valid_bleu": None, "test_bleu": None}
+             "valid_bleu": None, "test_bleu": None, "curve": curve if curve["points"] else None}
     store = ReferenceModels(args.models_dir)
     if not better(dict(entry, valid_bleu=float("inf")), store.entry(m["name"])):
         print(f"{m['name']}: {store.folder} holds a model at least as far along; kept", flush=True)

@@ -7,7 +7,6 @@ on from its snapshot)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -132,7 +131,9 @@ def test_the_run_skips_converged_models_and_resumes_snapshots_from_the_folder(tm
     fake_corpus(data / "en-de")
     store = rm.ReferenceModels(tmp_path / "models")
     store.offer(entry("done", 800, converged=True, valid_bleu=30.0), tiny_model, data / "en-de")
-    store.offer(entry("going", 300), tiny_model, data / "en-de")
+    curve = {"name": "going", "subset": "valid", "beam": 4, "generate": "",
+             "points": [{"updates": 300, "valid_loss": 6.0, "bleu": 3.0, "bp": 1.0}]}
+    store.offer(dict(entry("going", 300), curve=curve), tiny_model, data / "en-de")
     lst = tmp_path / "list.txt"
     lst.write_text("done cfg en-de\ngoing cfg en-de\nfresh cfg en-de\n")
     started = {}
@@ -152,6 +153,7 @@ def test_the_run_skips_converged_models_and_resumes_snapshots_from_the_folder(tm
     assert "done" not in started
     assert started["going"][-2:] == ["--restore-file", str(store.checkpoint("going"))]
     assert "--restore-file" not in started["fresh"]
+    assert json.loads((tmp_path / "out" / "going" / "curve.json").read_text())["points"] == curve["points"]  # its earlier points count
 
 
 def test_a_converged_model_is_packed_with_its_bleu_and_command(tmp_path, tiny_corpus, tiny_model):
