@@ -305,7 +305,7 @@ def test_average_refuses_too_few_checkpoints(tmp_path):
 def test_table_shows_calls_per_token_and_calls_per_timed_sentence(tmp_path):
     """The table reads the benchmark's results: calls/token beside the ratio, and calls per sentence
     over the sentences the calls were counted on (the timed ones, not every test sentence)."""
-    from scripts.pipelines import tables as T
+    from fairseq_plugins.evaluation import paper_tables as T
 
     table = T.Table("t", "T", "cite", {}, [], [T.Section("s", "S", "c", 1)],
                     [T.Row("s", "greedy", "m", "", reference=True), T.Row("s", "GAD", "m", "")], ["Iter."])

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from scripts.pipelines import tables as T
+from fairseq_plugins.evaluation import paper_tables as T
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

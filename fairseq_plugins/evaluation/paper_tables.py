@@ -1,5 +1,5 @@
 """What each paper table needs: corpora, models (with their configs/papers/*.args), decoding rows,
-and the paper's own numbers to print beside the measured ones.  Read by table.py.
+and the paper's own numbers to print beside the measured ones.  Read by scripts/pipelines/table.py.
 
 A *section* is one block of a paper table (one corpus, model size or training regime, decoded at
 one batch size); every row belongs to one section and names the model it decodes and its
