@@ -6,7 +6,8 @@ import math
 import pytest
 
 from conftest import REPO
-from scripts import benchmark, benchmark_plot
+from fairseq_plugins.viz.speed_vs_bleu import pareto_front
+from scripts import benchmark
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
                "tokens_per_s", "speed_ratio", "model_calls", "mean_accepted", "identical_to_greedy",
@@ -353,7 +354,7 @@ def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
 
 def test_pareto_front():
     points = [(1.0, 14.6), (1.3, 14.6), (2.0, 10.0), (1.9, 9.0), (0.5, 15.9), (0.4, 15.0), (3.5, 2.8)]
-    assert benchmark_plot.pareto_front(points) == [1, 2, 4, 6]
+    assert pareto_front(points) == [1, 2, 4, 6]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_torchrun_two_cpu_processes_train_as_one_group(tiny_corpus, tmp_path, fa
     train_args, generate_args = MODEL_FAMILIES[family]
     data = str(tiny_corpus / "bin")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    # the README's command: torchrun --nproc_per_node 2 -m fairseq_cli.train DATA ... --cpu --distributed-backend gloo
+    # docs/USAGE.md's command: torchrun --nproc_per_node 2 -m fairseq_cli.train DATA ... --cpu --distributed-backend gloo
     two = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "fairseq_cli.train",
                           data, *train_args, *COMMON, "--distributed-backend", "gloo", "--save-dir", str(tmp_path / "two")],
                          capture_output=True, text=True, env=env, cwd=REPO)

@@ -305,7 +305,7 @@ def test_average_refuses_too_few_checkpoints(tmp_path):
 def test_table_shows_calls_per_token_and_calls_per_timed_sentence(tmp_path):
     """The table reads the benchmark's results: calls/token beside the ratio, and calls per sentence
     over the sentences the calls were counted on (the timed ones, not every test sentence)."""
-    from scripts.pipelines import tables as T
+    from fairseq_plugins.evaluation import paper_tables as T
 
     table = T.Table("t", "T", "cite", {}, [], [T.Section("s", "S", "c", 1)],
                     [T.Row("s", "greedy", "m", "", reference=True), T.Row("s", "GAD", "m", "")], ["Iter."])
@@ -315,7 +315,7 @@ def test_table_shows_calls_per_token_and_calls_per_timed_sentence(tmp_path):
            dict(common, method="GAD", seconds=1.0, tokens_per_s=100.0, model_calls=40, calls_per_token=0.4)]
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in res))
-    md = table_driver.render_table(table, table.sections, table.rows, tmp_path, {})
+    md = T.render_table(table, table.sections, table.rows, tmp_path, {})
     head = next(line for line in md.splitlines() if line.startswith("| method"))
     gad = next(line for line in md.splitlines() if line.startswith("| GAD"))
     cells = dict(zip([c.strip() for c in head.strip("|").split("|")], [c.strip() for c in gad.strip("|").split("|")]))

@@ -28,7 +28,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from scripts.pipelines import tables as T
+from fairseq_plugins.evaluation import paper_tables as T
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -360,71 +359,12 @@ class Planner:
 
     # ---- the table ----
     def write_table(self, secs, rows):
-        text = render_table(self.t, secs, rows, self.work / "results", self.skipped_rows)
+        text = T.render_table(self.t, secs, rows, self.work / "results", self.skipped_rows)
         path = self.work / "table.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(text)
         return path
-
-
-def _fmt(v, digits=2):
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
-def render_table(table, secs, rows, results_dir, skipped):
-    """Markdown: per section, the paper's numbers beside the measured ones."""
-    ratio_name = "tok/s ratio" if table.ratio == "tokens_per_s" else "speed-up"
-    lines = [f"# {table.title}", "", f"Paper: {table.citation}.", ""]
-    meta = None
-    for s in secs:
-        results = {}
-        path = Path(results_dir) / s.key / "results.jsonl"
-        if path.exists():
-            for line in path.read_text().splitlines():
-                r = json.loads(line)
-                results[(r["method"], r["beam"])] = r
-                meta = meta or r
-        ref_row = next((r for r in rows if r.section == s.key and r.reference), None)
-        ref = results.get((ref_row.method, ref_row.beam)) if ref_row else None
-        lines += [f"## {s.title}", ""]
-        head = ["method", "beam"] + [f"{c} (paper)" for c in table.paper_columns] + \
-               ["BLEU", "tok/s", ratio_name, "calls/token", "ms/sentence", "decoder calls", "calls/sentence",
-                "mean accepted", "identical"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for row in (r for r in rows if r.section == s.key):
-            paper = [_fmt(row.paper.get(c)) for c in table.paper_columns]
-            res = results.get((row.method, row.beam))
-            if res is None:
-                why = skipped.get((s.key, row.method, row.beam), "not decoded yet")
-                lines.append("| " + " | ".join([row.method, str(row.beam)] + paper + [f"skipped: {why}"] + [""] * 8) + " |")
-                continue
-            ratio = None
-            if ref is not None and res.get("seconds"):
-                ratio = (res["tokens_per_s"] / ref["tokens_per_s"] if table.ratio == "tokens_per_s"
-                         else ref["seconds"] / res["seconds"])
-            per_sent = res["seconds"] / res["timed_sentences"] * 1000 if res.get("timed_sentences") else None
-            # decoder calls per sentence (GAD's "Iter."): meaningful at batch 1 only; the calls were
-            # counted over the timed sentences, so divided by their number
-            calls = (res["model_calls"] / res["counts_sentences"] if res.get("model_calls")
-                     and res.get("counts_sentences") and res.get("batch_size") == 1 else None)
-            ident = res.get("identical_to_greedy")
-            lines.append("| " + " | ".join([row.method, str(row.beam)] + paper + [
-                _fmt(res.get("bleu")), _fmt(res.get("tokens_per_s"), 1), _fmt(ratio), _fmt(res.get("calls_per_token"), 3),
-                _fmt(per_sent, 1),
-                _fmt(res.get("model_calls")), _fmt(calls), _fmt(res.get("mean_accepted")), "–" if ident is None else f"{ident:.3f}"]) + " |")
-        lines.append("")
-    if meta:
-        lines.append(f"Measured: device {meta['device']}, {meta['dtype']}, {meta['sentences']} test sentences for BLEU "
-                     f"(sacreBLEU `{meta.get('sacrebleu_signature')}`), {meta['timed_sentences']} timed x "
-                     f"{meta['runs']} runs, output length <= {meta['max_len']}.")
-        lines.append("")
-    lines += [f"- {n}" for n in table.notes]
-    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reproduce the gad table: data, training, averaging, decoding, Markdown table (README, "Reproducing
-# the papers").  Arguments go to scripts/pipelines/table.py, e.g. --dry-run, --sections, --gpus.
+# Reproduce the gad table: data, training, averaging, decoding, Markdown table (docs/REPRODUCING.md).
+# Arguments go to scripts/pipelines/table.py, e.g. --dry-run, --sections, --gpus.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh >&2  # idempotent: installs or switches the torch build for this machine

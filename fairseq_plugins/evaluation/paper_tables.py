@@ -1,5 +1,5 @@
 """What each paper table needs: corpora, models (with their configs/papers/*.args), decoding rows,
-and the paper's own numbers to print beside the measured ones.  Read by table.py.
+and the paper's own numbers to print beside the measured ones.  Read by scripts/pipelines/table.py.
 
 A *section* is one block of a paper table (one corpus, model size or training regime, decoded at
 one batch size); every row belongs to one section and names the model it decodes and its
@@ -7,7 +7,9 @@ fairseq-generate arguments (the benchmark's row format, scripts/benchmark.py).  
 arguments is the table's checkpoint folder; every model ends as ``{CKPT}/NAME/checkpoint_final.pt``
 (the average the paper takes, or the last checkpoint where it takes none).
 """
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional, Tuple
 
 BLOCKWISE = ("arch:blockwise_transformer", "criterion:blockwise_cross_entropy")
@@ -407,6 +409,71 @@ def jacobi():
                "Speed: greedy decoding time / the row's time, same sentences, batch 1."],
         gpu_hours="~100 V100-hours (4 base models of 100K updates x 25K tokens)",
         disk="~10 GB data (WMT14 + WMT16); ~2.5 GB checkpoints per model before --prune-checkpoints")
+
+
+
+# ----------------------------------------------------------------------------------------------
+# the table, printed
+# ----------------------------------------------------------------------------------------------
+
+
+def _fmt(v, digits=2):
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def render_table(table, secs, rows, results_dir, skipped):
+    """Markdown: per section, the paper's numbers beside the measured ones."""
+    ratio_name = "tok/s ratio" if table.ratio == "tokens_per_s" else "speed-up"
+    lines = [f"# {table.title}", "", f"Paper: {table.citation}.", ""]
+    meta = None
+    for s in secs:
+        results = {}
+        path = Path(results_dir) / s.key / "results.jsonl"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                r = json.loads(line)
+                results[(r["method"], r["beam"])] = r
+                meta = meta or r
+        ref_row = next((r for r in rows if r.section == s.key and r.reference), None)
+        ref = results.get((ref_row.method, ref_row.beam)) if ref_row else None
+        lines += [f"## {s.title}", ""]
+        head = ["method", "beam"] + [f"{c} (paper)" for c in table.paper_columns] + \
+               ["BLEU", "tok/s", ratio_name, "calls/token", "ms/sentence", "decoder calls", "calls/sentence",
+                "mean accepted", "identical"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for row in (r for r in rows if r.section == s.key):
+            paper = [_fmt(row.paper.get(c)) for c in table.paper_columns]
+            res = results.get((row.method, row.beam))
+            if res is None:
+                why = skipped.get((s.key, row.method, row.beam), "not decoded yet")
+                lines.append("| " + " | ".join([row.method, str(row.beam)] + paper + [f"skipped: {why}"] + [""] * 8) + " |")
+                continue
+            ratio = None
+            if ref is not None and res.get("seconds"):
+                ratio = (res["tokens_per_s"] / ref["tokens_per_s"] if table.ratio == "tokens_per_s"
+                         else ref["seconds"] / res["seconds"])
+            per_sent = res["seconds"] / res["timed_sentences"] * 1000 if res.get("timed_sentences") else None
+            # decoder calls per sentence (GAD's "Iter."): meaningful at batch 1 only; the calls were
+            # counted over the timed sentences, so divided by their number
+            calls = (res["model_calls"] / res["counts_sentences"] if res.get("model_calls")
+                     and res.get("counts_sentences") and res.get("batch_size") == 1 else None)
+            ident = res.get("identical_to_greedy")
+            lines.append("| " + " | ".join([row.method, str(row.beam)] + paper + [
+                _fmt(res.get("bleu")), _fmt(res.get("tokens_per_s"), 1), _fmt(ratio), _fmt(res.get("calls_per_token"), 3),
+                _fmt(per_sent, 1),
+                _fmt(res.get("model_calls")), _fmt(calls), _fmt(res.get("mean_accepted")), "–" if ident is None else f"{ident:.3f}"]) + " |")
+        lines.append("")
+    if meta:
+        lines.append(f"Measured: device {meta['device']}, {meta['dtype']}, {meta['sentences']} test sentences for BLEU "
+                     f"(sacreBLEU `{meta.get('sacrebleu_signature')}`), {meta['timed_sentences']} timed x "
+                     f"{meta['runs']} runs, output length <= {meta['max_len']}.")
+        lines.append("")
+    lines += [f"- {n}" for n in table.notes]
+    return "\n".join(lines) + "\n"
 
 
 TABLES = {"imamura": imamura, "ibdecoder": ibdecoder, "stern": stern, "gad": gad, "jacobi": jacobi}
