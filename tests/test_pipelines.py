@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import REPO
+from fairseq_plugins.evaluation import paper_plan
 from scripts import build_message_corpus as bmc
 from scripts.pipelines import corpus_prep
 from scripts.pipelines import table as table_driver
@@ -338,7 +339,7 @@ def dry(table, tmp_path, *extra):
 
 
 def registered(*names):
-    return not table_driver.missing_registrations(names)
+    return not paper_plan.missing_registrations(names)
 
 
 def test_dry_run_imamura(tmp_path):

@@ -5,7 +5,8 @@ import pytest
 from fairseq_plugins.decoding.acceptance import Exact
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.step import DecoderStep
-from scripts import benchmark, profile_decode
+from fairseq_plugins.evaluation import iteration_intervals, profile_points, row_profile
+from scripts import benchmark
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +21,14 @@ def engine_runner(tiny_corpus, tiny_model):
 
 
 def test_resolve_paths_and_classes(engine_runner):
-    roots = profile_decode.roots_of(engine_runner)
+    roots = profile_points.roots_of(engine_runner)
     layers = engine_runner.models[0].decoder.layers
-    assert profile_decode.resolve("model.decoder.layers[*].self_attn", roots) == [l.self_attn for l in layers]
-    assert profile_decode.resolve("drafter", roots) == [engine_runner.generator.drafter]
-    assert profile_decode.resolve("model.no_such_part", roots) == []
-    classes = profile_decode.resolve("fairseq_plugins.decoding.acceptance:AcceptanceRule", roots)
+    assert profile_points.resolve("model.decoder.layers[*].self_attn", roots) == [l.self_attn for l in layers]
+    assert profile_points.resolve("drafter", roots) == [engine_runner.generator.drafter]
+    assert profile_points.resolve("model.no_such_part", roots) == []
+    classes = profile_points.resolve("fairseq_plugins.decoding.acceptance:AcceptanceRule", roots)
     assert Exact in classes
-    assert profile_decode.resolve("no.such.module:Thing", roots) == []
+    assert profile_points.resolve("no.such.module:Thing", roots) == []
 
 
 def test_profile_counts_match_the_engine_and_leave_nothing_behind(engine_runner):
@@ -37,7 +38,7 @@ def test_profile_counts_match_the_engine_and_leave_nothing_behind(engine_runner)
     gen.reset_stats()
     engine_runner.decode(engine_runner.timed_batches)
     calls = gen.stats["model_calls"]
-    summary = profile_decode.profile_row(engine_runner, "cpu")
+    summary = row_profile.profile_row(engine_runner, "cpu")
     by = {c["label"]: c for c in summary["components"]}
     # one verifier call per iteration, and an acceptance wherever a draft was verified (a row at the maximum
     # length takes a plain step); the proposal for the next call is made before the iteration's host sync,
@@ -59,23 +60,23 @@ def test_profile_counts_match_the_engine_and_leave_nothing_behind(engine_runner)
     import torch
 
     assert torch.Tensor.tolist.__qualname__.endswith("tolist") and not hasattr(torch.Tensor.tolist, "__wrapped__")
-    table = profile_decode.markdown(summary)
+    table = row_profile.markdown(summary)
     assert table.count("\n|") == 2 + len(summary["components"]) + len(summary["host_syncs"])
 
 
 def test_a_point_that_names_nothing_is_an_error(engine_runner):
     """A renamed class or method fails the profile instead of silently dropping its row."""
-    profile_decode.check_points(profile_decode.POINTS)  # every point of the table exists today
+    profile_points.check_points(profile_points.POINTS)  # every point of the table exists today
     for point in [("x", "fairseq_plugins.decoding.step:DecoderStep", "no_such_method"),
                   ("x", "fairseq_plugins.decoding.step:NoSuchClass", "__call__")]:
-        with pytest.raises(profile_decode.ProfilePointError, match="update POINTS"):
-            profile_decode.check_points([point])
-    roots = profile_decode.roots_of(engine_runner)
-    with pytest.raises(profile_decode.ProfilePointError, match="no method no_such_method"):
-        with profile_decode.instrumented([("x", "model.encoder", "no_such_method")], roots):
+        with pytest.raises(profile_points.ProfilePointError, match="update POINTS"):
+            profile_points.check_points([point])
+    roots = profile_points.roots_of(engine_runner)
+    with pytest.raises(profile_points.ProfilePointError, match="no method no_such_method"):
+        with profile_points.instrumented([("x", "model.encoder", "no_such_method")], roots):
             pass
     assert "forward" not in vars(engine_runner.models[0].encoder)
-    with profile_decode.instrumented([("x", "model.no_such_part", "forward")], roots):  # absent from this row: skipped
+    with profile_points.instrumented([("x", "model.no_such_part", "forward")], roots):  # absent from this row: skipped
         pass
 
 
@@ -96,13 +97,13 @@ def test_engine_steps_split_an_iteration_and_its_operations(engine_runner):
     """--engine-steps: every named step of the engine is a point (a rename fails here), the verifier
     call nests inside _verify, and the operations add up: each top-level one counted once, in the
     row, in the step that made it and in every labelled part around it."""
-    profile_decode.check_points(profile_decode.ENGINE_STEPS)
+    profile_points.check_points(profile_points.ENGINE_STEPS)
     gen = engine_runner.generator
     engine_runner.decode(engine_runner.timed_batches)
     gen.reset_stats()
     engine_runner.decode(engine_runner.timed_batches)
     calls = gen.stats["model_calls"]
-    summary = profile_decode.profile_row(engine_runner, "cpu", profile_decode.POINTS + profile_decode.ENGINE_STEPS)
+    summary = row_profile.profile_row(engine_runner, "cpu", profile_points.POINTS + profile_points.ENGINE_STEPS)
     by = {c["label"]: c for c in summary["components"]}
     assert by["engine: verify"]["calls"] == by["decoder call"]["calls"] == calls
     assert by["engine: sync"]["calls"] == calls and by["decoder call"]["depth"] == 1
@@ -119,12 +120,12 @@ def test_iteration_intervals_are_the_engines_own_timings_by_width(engine_runner)
     gen = engine_runner.generator
     timed = gen.policy.timed
     calls_before = gen.stats["model_calls"]
-    seen = profile_decode.iteration_intervals(engine_runner, passes=1)
+    seen = iteration_intervals.iteration_intervals(engine_runner, passes=1)
     calls = gen.stats["model_calls"] - calls_before
     # every iteration but each batch's first (its interval holds the encoder) and those that warmed a kernel
     assert calls - 2 * len(engine_runner.timed_batches) <= sum(map(len, seen.values())) < calls
     assert all(w <= 3 for w, _ in seen) and any(w == 3 for w, _ in seen)  # --block-size 3, fixed width
     assert all(t > 0 for times in seen.values() for t in times)
     assert "timed" not in vars(gen.policy) and gen.policy.timed == timed
-    table = profile_decode.intervals_markdown(seen, unit=1e-3)
+    table = iteration_intervals.intervals_markdown(seen, unit=1e-3)
     assert table.count("\n|") == 1 + len(seen)
