@@ -91,7 +91,7 @@ SYNC_OPS = {"aten::_local_scalar_dense": "host sync: scalar reads (aten::_local_
             "Tensor.tolist": "host sync: Tensor.tolist",
             "aten::nonzero": "host sync: aten::nonzero"}
 DEFAULT_ROWS = [
-    {"method": "fairseq greedy", "args": "--task fast_translation"},
+    {"method": "fairseq greedy", "args": "--task fast_translation --beam-search fairseq"},
     {"method": "engine greedy (--drafter none)", "args": "--task fast_translation --drafter none"},
     {"method": "Jacobi HGJ b=3", "args": "--task fast_translation --drafter jacobi_hgj --block-size 3"},
 ]
