@@ -147,6 +147,17 @@ def test_hypotheses_are_ordinary_tensors_generate_py_may_update(setup):
         assert h["tokens"][-1].item() == task.target_dictionary.eos()
 
 
+def test_the_generic_gpu_safety_cases_decode_with_the_lean_beam(tmp_path):
+    """tests/_all_generators.py's LEAN_CASES (device trap, NaN, sync budget, model not mutated, half)
+    really reach the lean beam search."""
+    from _all_generators import BEAM_CASES, LEAN_CASES, beam_generator, beam_model
+
+    for case in BEAM_CASES:
+        if case[0] in LEAN_CASES:
+            task, model = beam_model(tmp_path / case[0], case)
+            assert isinstance(beam_generator(task, model, case), LeanBeamSearch), case[0]
+
+
 # ---- the choice of generator ----
 
 FALLBACKS = [

@@ -100,6 +100,7 @@ class BeamState:
     sent: Tensor     # (n,) batch position of every live sentence
     offsets: Tensor  # (n, 1) first row of every live sentence
     n: int           # host: live sentences
+    cand_offsets: Tensor  # (2B,) 0..2B-1: fairseq's candidate ranks
 
 
 class FinalizedHypotheses:
@@ -115,12 +116,17 @@ class FinalizedHypotheses:
         self.length = torch.zeros(bsz * (B + 1), dtype=torch.long, device=device)
         self.count = torch.zeros(bsz, dtype=torch.long, device=device)  # by batch position
 
-    def mark(self, state: BeamState, cand_scores: Tensor, cand_indices: Tensor):
+    def mark(self, state: BeamState, cand_scores: Tensor, cand_indices: Tensor, last: bool):
         """Which top-``beam`` candidates finalise (fairseq's ``eos_mask[:, :beam]``, capped at ``beam``
-        per sentence), their slots, and which sentences are then done."""
+        per sentence), their slots, and which sentences are then done.  At the ``last`` step a sentence
+        with no finalised hypothesis (-inf everywhere: NaN log-probs) takes its -inf ones, where
+        fairseq's loop fails its ``step < max_len`` assertion."""
         B = self.B
-        eos_top = cand_indices[:, :B].eq(self.eos) & cand_scores[:, :B].ne(-math.inf)
         count = self.count.index_select(0, state.sent)
+        finite = cand_scores[:, :B].ne(-math.inf)
+        if last:
+            finite = finite | count.eq(0).unsqueeze(1)
+        eos_top = cand_indices[:, :B].eq(self.eos) & finite
         slot = count.unsqueeze(1) + eos_top.long().cumsum(1) - 1
         write = eos_top & slot.lt(B)
         new_count = count + write.long().sum(1)
@@ -212,14 +218,14 @@ class LeanBeamSearch:
             lprobs = self._log_probs(cache, state, slots, step, max_len)
             cand = self.candidates.step(step, lprobs.view(state.n, B, -1),
                                         state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
-            write, slot, new_count, done = finals.mark(state, cand[0], cand[1])
+            write, slot, new_count, done = finals.mark(state, cand[0], cand[1], last=step == max_len)
             flags = torch.cat([done, write.any().view(1)]).tolist()  # the one host read of the step
             if flags[-1]:
                 finals.write(state, cand, write, slot, new_count, step, self._norm(step))
-            live = [i for i, d in enumerate(flags[:-1]) if not d]
-            if not live or step == max_len:
+            live = state.n - sum(flags[:-1])
+            if live == 0 or step == max_len:
                 break
-            self._advance(cache, state, cand, live, step)
+            self._advance(cache, state, cand, done, live, step)
         return finals.hypotheses()
 
     # ---- the steps ----
@@ -229,7 +235,7 @@ class LeanBeamSearch:
         tokens[:, 0] = bos
         scores = torch.zeros(bsz * B, max_len + 1, device=device)
         sent = torch.arange(bsz, device=device)
-        return BeamState(tokens, scores, sent, sent.unsqueeze(1) * B, bsz)
+        return BeamState(tokens, scores, sent, sent.unsqueeze(1) * B, bsz, torch.arange(2 * B, device=device))
 
     def _log_probs(self, cache, state: BeamState, slots: Tensor, step: int, max_len: int) -> Tensor:
         """fairseq's next-token log-probs of every live hypothesis ``(n*B, V)``, constrained."""
@@ -248,29 +254,30 @@ class LeanBeamSearch:
     def _norm(self, step: int) -> Optional[float]:
         return (step + 1) ** self.len_penalty if self.normalize_scores else None
 
-    def _advance(self, cache, state: BeamState, cand, live: List[int], step: int):
+    def _advance(self, cache, state: BeamState, cand, done: Tensor, live: int, step: int):
         """The first ``beam`` candidates that do not finalise continue (fairseq's ``active_hypos``);
-        done sentences leave the batch; tokens, scores and the cache follow the chosen rows."""
+        ``done`` sentences leave the batch (``live``: how many stay, host); tokens, scores and the cache
+        follow the chosen rows."""
         cand_scores, cand_indices, cand_beams = cand
         B = self.beam_size
         cand_rows = cand_beams + state.offsets  # rows in the current numbering
-        if len(live) < state.n:
-            keep = torch.tensor(live, device=cand_rows.device)
+        if live < state.n:  # the live sentences in order, from the device's ``done`` (no copy from the host)
+            keep = torch.argsort(done.to(torch.uint8), stable=True)[:live]
             cand_scores, cand_indices, cand_rows = cand_scores[keep], cand_indices[keep], cand_rows[keep]
             state.sent = state.sent.index_select(0, keep)
-            state.offsets = state.offsets[: len(live)]
+            state.offsets = state.offsets[:live]
         eos_mask = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
         K = eos_mask.size(1)
-        active_mask = eos_mask.long() * K + torch.arange(K, device=eos_mask.device)
+        active_mask = eos_mask.long() * K + state.cand_offsets[:K]
         active_hypos = torch.topk(active_mask, k=B, dim=1, largest=False)[1]
         rows = torch.gather(cand_rows, 1, active_hypos).view(-1)
         chosen = torch.gather(cand_indices, 1, active_hypos).view(-1)
         active_scores = torch.gather(cand_scores, 1, active_hypos).view(-1)
-        if len(live) < state.n:
+        if live < state.n:
             state.tokens = state.tokens.index_select(0, rows)
             state.scores = state.scores.index_select(0, rows)
             cache.select_rows(rows)
-            state.n = len(live)
+            state.n = live
         else:
             state.tokens[:, : step + 1] = state.tokens[:, : step + 1].index_select(0, rows)
             if step > 0:

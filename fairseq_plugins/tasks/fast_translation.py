@@ -8,7 +8,8 @@ A :class:`fairseq.tasks.translation.TranslationTask` with
   so ``fairseq-generate`` scores as usual.
 * decoding options for ``fairseq-generate`` (docs/METHODS.md §2): a reordered model decodes with the
   step-wise multi-word beam search; ``--drafter`` switches to the draft-and-verify engine.
-  ``build_generator`` picks the generator from them; with neither, fairseq's own generator runs.
+  ``build_generator`` picks the generator from them; with neither, the lean beam search
+  (``decoding/lean_beam.py``; ``--beam-search fairseq``: fairseq's own generator).
   A draft-and-verify run of ``fairseq-generate`` ends with one log line of its counts (model calls,
   mean accepted, share of draft tokens accepted; ``decoding/report.py``).  fairseq-generate has no
   end-of-run hook, so the task uses the two it calls: it remembers the batch iterator it made
