@@ -439,8 +439,9 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
                 key = (str(greedy_ckpt), bs, beam)
             ref = baseline_tokens.get(key)
             if ref is None:
-                raise BenchmarkError(f"row '{row['method']}' is lossless but no baseline row (\"baseline\": true) "
-                                     f"ran before it on the same model, batch size and beam ({beam})")
+                width = "greedy" if beam == 1 else f"beam {beam}"
+                raise BenchmarkError(f"row '{row['method']}' is lossless but no {width} baseline row (\"baseline\": "
+                                     "true, the same beam) ran before it on the same model and batch size")
             identical = sum(tokens[i] == ref[i] for i in ids) / len(ids)
         # timing, interleaved with the reference (a greedy baseline is the reference of itself)
         reference = None if baseline and beam == 1 else (references.get((folder, bs, beam))
