@@ -5,7 +5,7 @@ Each *row* of a rows file (JSON list; ``--rows`` takes several files, concatenat
 decoding configuration written as fairseq-generate arguments, so the benchmark measures exactly
 what a user runs::
 
-    {"method": "fairseq greedy", "model": "baseline", "args": "--task fast_translation",
+    {"method": "fairseq greedy", "model": "baseline", "args": "--task fast_translation --beam-search fairseq",
      "beams": [1], "baseline": true}
     {"method": "Jacobi HGJ b=3", "model": "baseline",
      "args": "--task fast_translation --drafter jacobi_hgj --block-size 3", "lossless": true}
@@ -18,8 +18,9 @@ In ``args``, ``{CKPT}`` stands for the checkpoints root and ``{DATA}`` for the d
 Optional: ``family`` (the plot's marker: anchors, orders, draft-and-verify, non-autoregressive;
 default from the row, see :func:`family_of`), ``"vs_beam5": true`` (the row must get
 ``ratio_vs_beam5``: an error when no fairseq beam-5 baseline row runs).
-``"lossless": true`` rows are compared with the greedy row of their own checkpoint, or of
-``"greedy_model"`` (frozen blockwise heads must reproduce their base model's greedy output).
+``"lossless": true`` rows are compared with the baseline row of their own checkpoint at the same
+beam (greedy for the drafters; fairseq's beam k for the lean beam search), or of ``"greedy_model"``
+(frozen blockwise heads must reproduce their base model's greedy output).
 ``"control": true`` marks a second engine greedy row (``--drafter none``, lossless) that is timed
 beside the first as a drafting row is: its ``ratio_vs_engine_greedy`` is the harness's own spread
 (an A/A pair: two loaded copies of the same decode), the yardstick for reading the drafting rows'.
@@ -395,7 +396,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
     plan = list(expand_rows(rows, order))
     _check_plan(plan, data)
     schedule = sorted(range(len(plan)), key=lambda i: _schedule_key(*plan[i]))
-    corpora, greedy_tokens, quality = {}, {}, {}
+    corpora, baseline_tokens, quality = {}, {}, {}
     references = {}  # (corpus folder, batch size, beam) -> (runner, result) of a baseline row, kept loaded
     engines = {}  # (corpus folder, batch size, checkpoint) -> runner of the engine's greedy, kept loaded
     stamps = CheckpointStamps()
@@ -426,20 +427,21 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             quality[qkey] = dict(score, calls=runner.model_calls(), stats=runner.stats(), sentences=len(ids),
                                  bleu_batch_size=bs)
         q = quality[qkey]
-        key = (str(ckpt), bs)  # lossless = identical to fairseq greedy at the same batch size
-        if baseline and beam == 1:
-            greedy_tokens[key] = tokens
+        key = (str(ckpt), bs, beam)  # lossless = identical to fairseq's baseline at the same batch size and beam
+        if baseline:
+            baseline_tokens[key] = tokens
         identical = None
         # "greedy_model": lossless w.r.t. another checkpoint's greedy (frozen blockwise heads keep the base's)
         greedy_ckpt = (checkpoint_of({"method": row["method"], "model": row["greedy_model"]}, checkpoints)
                        if "greedy_model" in row else ckpt)
         if row.get("lossless"):
             if "greedy_model" in row:
-                key = (str(greedy_ckpt), bs)
-            ref = greedy_tokens.get(key)
+                key = (str(greedy_ckpt), bs, beam)
+            ref = baseline_tokens.get(key)
             if ref is None:
-                raise BenchmarkError(f"row '{row['method']}' is lossless but no greedy baseline row "
-                                     "(\"baseline\": true, beam 1) ran before it on the same model and batch size")
+                width = "greedy" if beam == 1 else f"beam {beam}"
+                raise BenchmarkError(f"row '{row['method']}' is lossless but no {width} baseline row (\"baseline\": "
+                                     "true, the same beam) ran before it on the same model and batch size")
             identical = sum(tokens[i] == ref[i] for i in ids) / len(ids)
         # timing, interleaved with the reference (a greedy baseline is the reference of itself)
         reference = None if baseline and beam == 1 else (references.get((folder, bs, beam))

@@ -33,7 +33,7 @@ from fairseq_plugins.evaluation.row_profile import markdown, profile_row
 from scripts import benchmark  # the benchmark's runners, corpus and rows
 
 DEFAULT_ROWS = [
-    {"method": "fairseq greedy", "args": "--task fast_translation"},
+    {"method": "fairseq greedy", "args": "--task fast_translation --beam-search fairseq"},
     {"method": "engine greedy (--drafter none)", "args": "--task fast_translation --drafter none"},
     {"method": "Jacobi HGJ b=3", "args": "--task fast_translation --drafter jacobi_hgj --block-size 3"},
 ]

@@ -8,7 +8,9 @@ for the tests that must cover all of them (model not mutated, NaN, device trap, 
   host but the engine's one synchronisation per iteration);
 * the drafter alone (``--acceptance all``);
 * the multi-token beam search with every order, DOUBLETOPK and the ablation flags (``BEAM_CASES``),
-  on random tiny reordered models built in-process.
+  on random tiny reordered models built in-process;
+* the lean beam search of left-to-right models (``LEAN_CASES``, in ``BEAM_CASES`` too): a stock fairseq
+  transformer and the plugin's reordered transformer trained plain left to right.
 """
 from argparse import Namespace
 
@@ -34,7 +36,10 @@ BEAM_CASES = [
     ("vanilla_positions", "interleave", 2, 1, ["--vanilla-positions"], False),
     ("middle_to_side", "interleave", 2, 1, ["--middle-to-side"], False),
     ("independent_directions", "interleave", 2, 1, ["--independent-directions"], False),
+    ("lean_stock", "l2r", 1, 1, [], False),
+    ("lean_l2r", "l2r", 1, 1, [], False),
 ]
+LEAN_CASES = {"lean_stock": "transformer", "lean_l2r": "reordered_transformer_tiny"}  # case -> --arch
 BEAM_IDS = [case[0] for case in BEAM_CASES]
 BEAM_SIZE = 3
 
@@ -72,9 +77,10 @@ def engine_generator(models, task, drafter, acceptance="exact", *, blockwise=Non
 
 def beam_model(folder, case, seed=0):
     """(task, model) of a random tiny reordered model for a ``BEAM_CASES`` entry."""
-    _, order, h, c, flags, _ = case
+    name, order, h, c, flags, _ = case
     folder.mkdir(parents=True, exist_ok=True)
-    task, model, _ = build_reordered(folder, order, h, c, flags, seed=seed)
+    task, model, _ = build_reordered(folder, order, h, c, flags, arch=LEAN_CASES.get(name, "reordered_transformer_tiny"),
+                                     seed=seed)
     return task, model
 
 

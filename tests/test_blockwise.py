@@ -455,7 +455,7 @@ def test_fairseq_generate_blockwise_exact_prints_the_base_greedy_hypotheses(tiny
     gen = [fairseq_cli("fairseq-generate"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--task",
            "fast_translation", "--beam", "1", "--batch-size", "16", "--cpu", "--gen-subset", "test",
            "--max-len-b", str(MAX_LEN_B)]
-    base = run(gen + ["--path", str(tiny_model)])
+    base = run(gen + ["--path", str(tiny_model), "--beam-search", "fairseq"])  # fairseq's own greedy
     fast = run(gen + ["--path", str(frozen[0]), "--drafter", "blockwise", "--acceptance", "exact"])
     assert len(_hyps(base.stdout)) == 120 and _hyps(fast.stdout) == _hyps(base.stdout)
     summary = [l for l in (fast.stdout + fast.stderr).splitlines() if "draft-and-verify |" in l]

@@ -348,7 +348,7 @@ def test_fairseq_generate_with_hgj_prints_the_same_hypotheses(tiny_corpus, tiny_
     base = [fairseq_cli("fairseq-generate"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--task",
             "fast_translation", "--path", str(tiny_model), "--beam", "1", "--batch-size", "16", "--cpu",
             "--gen-subset", "test", "--max-len-b", str(MAX_LEN_B)]
-    plain = run(base).stdout
+    plain = run(base + ["--beam-search", "fairseq"]).stdout  # fairseq's own greedy
     proc = run(base + ["--drafter", "jacobi_hgj", "--block-size", "3"])
     fast = proc.stdout
     # the run ends with one summary line of its counts (every drafter)

@@ -14,7 +14,7 @@ def test_dry_run_on_cpu_reports_every_lossless_generator(tiny_corpus, tiny_model
     assert "torch " + torch.__version__ in out and "device: cpu" in out
     assert "identical to fairseq's greedy" in out and "engine greedy (--drafter none)" in out
     assert set(rates) == {"fp32"} and set(rates["fp32"]) == {"none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj",
-                                                            "input_copy"}
+                                                            "input_copy", "lean beam 5 (vs fairseq's beam 5)"}
     assert all(rate == 1.0 for rate in rates["fp32"].values()), rates  # lossless, fp32 on one device
 
 

@@ -14,10 +14,10 @@ import math
 import pytest
 import torch
 
-from _all_generators import (BEAM_CASES, BEAM_IDS, ENGINE_DRAFTERS, BackwardOnly, beam_generator, beam_model,
+from _all_generators import (BEAM_CASES, BEAM_IDS, ENGINE_DRAFTERS, LEAN_CASES, BackwardOnly, beam_generator, beam_model,
                              blockwise_model, engine_generator, nar_drafter_setup, random_sources,
                              reordered_training_setup)
-from engine_helpers import decode_all, load, mixed_batches, reference_greedy
+from engine_helpers import MAX_LEN_B, decode_all, gen_args, load, mixed_batches, reference_greedy
 from test_gad import gad_drafter  # noqa: F401  (the cached GAD drafter fixture)
 
 LOSSLESS = {"none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar"}
@@ -82,7 +82,33 @@ def test_beam_decodes_in_half(beam_models, capsys, case):
         assert all(not math.isnan(float(h["score"])) and not torch.isnan(h["positional_scores"]).any()
                    for h in beams)
     same = sum(a[0]["tokens"].tolist() == b[0]["tokens"].tolist() for a, b in zip(half, full)) / len(full)
-    report(capsys, f"multi-token beam {case[0]}: best hypothesis identical to fp32 on {same:.0%} of {len(full)}")
+    search = "lean beam" if case[0] in LEAN_CASES else "multi-token beam"
+    report(capsys, f"{search} {case[0]}: best hypothesis identical to fp32 on {same:.0%} of {len(full)}")
+
+
+def test_lean_beam_decodes_in_half_near_fairseqs_half_beam(tiny_corpus, tiny_model, capsys):
+    """The lean beam search of a half model (the GPU setting) against fairseq's own half beam search
+    on the trained tiny model: every sentence decoded, no NaN, the share of identical best hypotheses
+    printed (not assumed 1.0: the two sum in different orders in fp16)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_plugins.decoding.lean_beam import LeanBeamSearch
+
+    models, task = load(tiny_corpus, tiny_model)
+    models[0].half()
+    task.cfg.drafter, task.cfg.beam_search = None, "lean"
+    batches = mixed_batches(task, 8)[:3]  # 24 sentences of mixed lengths
+    ref = decode_all(SequenceGenerator(models, task.target_dictionary, beam_size=5, max_len_a=0.0,
+                                       max_len_b=MAX_LEN_B, len_penalty=0.6), models, batches)
+    gen = task.build_generator(models, gen_args(beam=5, lenpen=0.6))
+    assert isinstance(gen, LeanBeamSearch)
+    hyps = decode_all(gen, models, batches)
+    assert set(hyps) == set(ref)
+    for h in hyps.values():
+        assert len(h["tokens"]) and not math.isnan(float(h["score"])) and not torch.isnan(h["positional_scores"]).any()
+    same = sum(hyps[i]["tokens"].tolist() == ref[i]["tokens"].tolist() for i in ref) / len(ref)
+    report(capsys, f"lean beam 5: best hypothesis identical to fairseq's half beam 5 on {same:.1%} of {len(ref)} sentences")
+    assert same >= 0.8, same
 
 
 def _step(task, model, criterion, sample, amp):

@@ -10,7 +10,9 @@ It prints
    model and dtype) of every lossless generator (the engine's greedy, Jacobi PJ/PGJ/HGJ, IAD's
    input copy; blockwise and GAD when their checkpoints are given), in fp32 and fp16;
 3. the engine's greedy against fairseq's greedy, sentences per second at batch 1 and 32 (fp16);
-4. every lossless drafter against the engine's greedy (speed ratio at batch 1, fp16).
+4. every lossless drafter against the engine's greedy (speed ratio at batch 1, fp16);
+5. the lean beam search at beam 5: its share identical to fairseq's beam 5 (2.) and its speed
+   against fairseq's beam 5 at batch 1 and 32 (3.).
 
 ``--device cpu`` is a dry run of the same code on a CPU (fp32 only unless ``--fp16``), for CI.
 In fp16 the shares are measured, not assumed to be 1.0 (another summation order flips near-ties).
@@ -26,6 +28,7 @@ from fairseq_plugins.evaluation.generation import Generation
 
 DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
 MAX_LEN = dict(max_len_a=1.2, max_len_b=10)
+LEAN_BEAM = 5  # the lean beam search's rows: against fairseq's beam of this width
 
 
 def device_lines(device):
@@ -57,11 +60,13 @@ def batches(task, size, limit, device):
             for s in range(0, len(ids), size)]
 
 
-def generator(task, models, drafter, drafter_path=None):
-    """What fairseq-generate builds: fairseq's own greedy (``drafter=None``) or the engine."""
+def generator(task, models, drafter, drafter_path=None, beam=1, beam_search="fairseq"):
+    """What fairseq-generate builds: fairseq's own greedy/beam (``drafter=None``), the lean beam search
+    (``beam_search="lean"``) or the engine."""
     cfg = task.cfg
     cfg.drafter, cfg.acceptance, cfg.block_size, cfg.drafter_path = drafter, "exact", None, drafter_path
-    return task.build_generator(models, Namespace(beam=1, min_len=1, unkpen=0.0, lenpen=1.0, unnormalized=False,
+    cfg.beam_search = beam_search
+    return task.build_generator(models, Namespace(beam=beam, min_len=1, unkpen=0.0, lenpen=1.0, unnormalized=False,
                                                   temperature=1.0, **MAX_LEN))
 
 
@@ -96,6 +101,9 @@ def match_rates(args, device, half):
             use, _ = load(args.data, args.blockwise_path, device, half)
         got, _ = decode(generator(task, use, d, args.drafter_path if d == "nar" else None), use, data, device)
         rows.append((d, sum(got[k] == ref[k] for k in ref) / len(ref)))
+    ref, _ = decode(generator(task, models, None, beam=LEAN_BEAM), models, data, device)
+    got, _ = decode(generator(task, models, None, beam=LEAN_BEAM, beam_search="lean"), models, data, device)
+    rows.append((f"lean beam {LEAN_BEAM} (vs fairseq's beam {LEAN_BEAM})", sum(got[k] == ref[k] for k in ref) / len(ref)))
     return rows
 
 
@@ -111,6 +119,11 @@ def speeds(args, device, half):
         _, eng = decode(generator(task, models, "none"), models, data, device)
         rows.append(("fairseq greedy", bs, n / fair, 1.0))
         rows.append(("engine greedy (--drafter none)", bs, n / eng, fair / eng))
+        fair_beam, lean_beam = (generator(task, models, None, beam=LEAN_BEAM, beam_search=s) for s in ("fairseq", "lean"))
+        decode(lean_beam, models, data[:2], device)
+        _, fb = decode(fair_beam, models, data, device)
+        _, lb = decode(lean_beam, models, data, device)
+        rows.append((f"lean beam {LEAN_BEAM} vs fairseq's beam {LEAN_BEAM}", bs, n / lb, fb / lb))
         if bs != 1:
             continue
         for d in drafters_available(args):

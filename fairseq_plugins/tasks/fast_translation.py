@@ -8,17 +8,20 @@ A :class:`fairseq.tasks.translation.TranslationTask` with
   so ``fairseq-generate`` scores as usual.
 * decoding options for ``fairseq-generate`` (docs/METHODS.md §2): a reordered model decodes with the
   step-wise multi-word beam search; ``--drafter`` switches to the draft-and-verify engine.
-  ``build_generator`` picks the generator from them; with neither, fairseq's own generator runs.
+  ``build_generator`` picks the generator from them; with neither, the lean beam search
+  (``decoding/lean_beam.py``; ``--beam-search fairseq``: fairseq's own generator).
   A draft-and-verify run of ``fairseq-generate`` ends with one log line of its counts (model calls,
   mean accepted, share of draft tokens accepted; ``decoding/report.py``).  fairseq-generate has no
   end-of-run hook, so the task uses the two it calls: it remembers the batch iterator it made
   (``get_batch_iterator``) and, in ``inference_step``, logs the line once that iterator's epoch is
   exhausted, i.e. right after the last batch (no atexit, no ``__del__``, nothing of fairseq patched).
 """
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -79,6 +82,11 @@ class FastTranslationConfig(TranslationConfig):
         default="auto", metadata={"help": "draft width with the most expected tokens per unit of time, from the rows' "
                                   "acceptance and costs timed on this device: on, off (the papers' fixed "
                                   "--block-size), or auto (on for every drafter but jacobi_pj); exact stays lossless"})
+    # ---- beam search of plain left-to-right models (issue 34), docs/METHODS.md §2 ----
+    beam_search: ChoiceEnum(["lean", "fairseq"]) = field(
+        default="lean", metadata={"help": "beam search of a left-to-right model without --drafter: 'lean' (the "
+                                  "plugin's, identical output, faster; options it lacks fall back to fairseq's with "
+                                  "a log line) or 'fairseq' (fairseq's own SequenceGenerator)"})
     # ---- warm start (issue: order quality) ----
     init_from_l2r: Optional[str] = field(
         default=None, metadata={"help": "initialise a reordered_transformer from a trained left-to-right "
@@ -138,7 +146,17 @@ class FastTranslationTask(TranslationTask):
             from fairseq_plugins.decoding.multi_token_beam import build_multi_token_generator
 
             return build_multi_token_generator(self, models, args)
-        return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        return self._plain_beam_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+
+    def _plain_beam_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
+        """A left-to-right model without --drafter: the lean beam search, or fairseq's (``--beam-search``)."""
+        from fairseq_plugins.decoding.lean_beam import build_beam_generator
+
+        fairseq_generator = functools.partial(super().build_generator, models, args, seq_gen_cls,
+                                              extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        return build_beam_generator(self, models, args, fairseq_generator, seq_gen_cls=seq_gen_cls,
+                                    extra_gen_cls_kwargs=extra_gen_cls_kwargs,
+                                    prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
 
     def get_batch_iterator(self, *args, **kwargs):
         self._batch_iterator = super().get_batch_iterator(*args, **kwargs)

@@ -1,0 +1,350 @@
+"""The lean beam search (docs/METHODS.md §2, "Lean beam search"): fairseq's ``SequenceGenerator`` with
+``search.BeamSearch``, step for step, on the lean encoder pass and decoder step the engine uses.
+
+Output: identical to fairseq's beam search (tokens; scores up to float rounding of the lean step) for
+every plain left-to-right model the lean step runs (stock fairseq transformers, the plugin's own).
+The rules, each as fairseq's ``_generate`` applies them, in its order:
+
+* log-probs: the decoder's last position, logits divided by ``--temperature``, log-softmax in fp32;
+  NaN -> -inf, PAD never chosen, ``--unkpen``, only EOS at ``step >= max_len``, no EOS before
+  ``--min-len`` (``constraints.GreedyConstraints``); then ``--no-repeat-ngram-size`` (:class:`NGramBlock`);
+* candidates (:class:`BeamCandidates`, fairseq's ``BeamSearch.step``): the top ``2*beam`` of
+  ``beam*vocab`` running scores (step 0: the first beam only), ties in ``torch.topk``'s order;
+* finalisation: an EOS candidate with a finite score is finalised only when it ranks within the top
+  ``beam`` candidates, while its sentence has fewer than ``beam`` finalised hypotheses; its score is
+  divided by ``(step + 1) ** --lenpen`` (not with ``--unnormalized``); positional scores are the
+  differences of the running scores; a sentence is done with ``beam`` finalised hypotheses or at
+  ``max_len = min(max_len_a * src_len + max_len_b, max_positions - 1)``, and leaves the batch;
+* survivors: the first ``beam`` candidates that are not finalising EOS continue;
+* output: a sentence's finalised hypotheses sorted by score (``torch.sort``, descending, in the
+  order they were finalised), as fairseq sorts them.
+
+What is lean: the encoder runs once per sentence (not once per beam: the beams of a sentence share
+its keys/values, ``KVCache(group=beam)``); the self-attention keys/values sit in preallocated
+buffers reordered by beam with ``index_select`` (fairseq concatenates and reorders a dict per layer);
+the masks are written in place; the finalised hypotheses live on the device (one slot per hypothesis
+and a trash slot for masked writes); and a step reads the host once, for which sentences are done.
+
+``--no-repeat-ngram-size``: fairseq's CPU fallback of its n-gram blocker (``NGramRepeatBlock._no_repeat_ngram``)
+is handed the whole token buffer, whose last n-1 columns are padding, so without fairseq's CUDA
+extension (not in the pip wheel) it bans nothing.  :class:`NGramBlock` bans what the CUDA kernel and
+the option's help say: a token that would repeat an n-gram of the hypothesis (start symbol included).
+"""
+import logging
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.inference import inference_generate
+from fairseq_plugins.decoding.multi_token_beam import ModelParts
+from fairseq_plugins.decoding.step import DecoderStep, UnsupportedDecoderError
+
+logger = logging.getLogger(__name__)
+
+# the first columns of the self-attention cache; it doubles when a hypothesis outgrows it
+# (preallocating max_len + 1 columns would cost more memory than fairseq's growing cache)
+INITIAL_CACHE_COLUMNS = 32
+
+
+# ---- strategies (as fairseq's search.py) ----
+
+class BeamCandidates:
+    """fairseq's ``search.BeamSearch.step``: ``step(step, lprobs (n, B, V), scores (n, B) or None)``
+    -> ``(cand_scores, cand_indices, cand_beams)`` ``(n, K)``, K = min(2B, columns - 1)."""
+
+    def __init__(self, beam_size: int, candidate_multiple: int = 2):
+        self.beam_size, self.candidate_multiple = beam_size, candidate_multiple
+
+    def step(self, step: int, lprobs: Tensor, scores: Optional[Tensor]):
+        n, B, V = lprobs.shape
+        if step == 0:  # every hypothesis is the start symbol: only the first beam's candidates
+            lprobs = lprobs[:, ::B, :].contiguous()
+        else:
+            lprobs = lprobs + scores.unsqueeze(-1)
+        flat = lprobs.view(n, -1)
+        cand_scores, indices = torch.topk(flat, k=min(self.candidate_multiple * B, flat.size(1) - 1))
+        return cand_scores, indices.fmod(V), torch.div(indices, V, rounding_mode="trunc")
+
+
+class NGramBlock:
+    """``--no-repeat-ngram-size n``: -inf for every token that would complete an n-gram already in the
+    hypothesis (its tokens[0..step], start symbol included: fairseq's CUDA kernel), in place, on the device."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __call__(self, lprobs: Tensor, tokens: Tensor, step: int) -> Tensor:
+        n = self.n
+        if step + 2 - n <= 0:
+            return lprobs
+        seq = tokens[:, : step + 1]
+        windows = seq.unfold(1, n, 1)[:, : step + 2 - n]  # (R, W, n): n-grams whose last token is before step + 1
+        hit = windows[..., : n - 1].eq(seq[:, step + 2 - n :].unsqueeze(1)).all(-1)  # (R, W)
+        # amin with +inf leaves a column alone; duplicates of a token reduce deterministically
+        fill = torch.full_like(hit, math.inf, dtype=lprobs.dtype).masked_fill_(hit, -math.inf)
+        return lprobs.scatter_reduce_(1, windows[..., n - 1], fill, reduce="amin")
+
+
+# ---- the loop's state ----
+
+@dataclass
+class BeamState:
+    """The live hypotheses: ``beam`` consecutive rows per live sentence, fairseq's buffers."""
+
+    tokens: Tensor   # (n*B, max_len + 2): column 0 the start symbol, column s + 1 the token chosen at step s
+    scores: Tensor   # (n*B, max_len + 1): running score after each step
+    sent: Tensor     # (n,) batch position of every live sentence
+    offsets: Tensor  # (n, 1) first row of every live sentence
+    n: int           # host: live sentences
+    cand_offsets: Tensor  # (2B,) 0..2B-1: fairseq's candidate ranks
+
+
+class FinalizedHypotheses:
+    """fairseq's ``finalized`` lists, on the device: ``beam`` slots per sentence in the order fairseq
+    appends, and one trash slot that masked writes go to."""
+
+    def __init__(self, bsz: int, beam_size: int, max_len: int, eos: int, pad: int, device):
+        B = beam_size
+        self.B, self.bsz, self.eos = B, bsz, eos
+        self.tokens = torch.full((bsz * (B + 1), max_len + 1), pad, dtype=torch.long, device=device)
+        self.pos = torch.zeros(bsz * (B + 1), max_len + 1, device=device)
+        self.score = torch.full((bsz * (B + 1),), -math.inf, device=device)
+        self.length = torch.zeros(bsz * (B + 1), dtype=torch.long, device=device)
+        self.count = torch.zeros(bsz, dtype=torch.long, device=device)  # by batch position
+
+    def mark(self, state: BeamState, cand_scores: Tensor, cand_indices: Tensor, last: bool):
+        """Which top-``beam`` candidates finalise (fairseq's ``eos_mask[:, :beam]``, capped at ``beam``
+        per sentence), their slots, and which sentences are then done.  At the ``last`` step a sentence
+        with no finalised hypothesis (-inf everywhere: NaN log-probs) takes its -inf ones, where
+        fairseq's loop fails its ``step < max_len`` assertion."""
+        B = self.B
+        count = self.count.index_select(0, state.sent)
+        finite = cand_scores[:, :B].ne(-math.inf)
+        if last:
+            finite = finite | count.eq(0).unsqueeze(1)
+        eos_top = cand_indices[:, :B].eq(self.eos) & finite
+        slot = count.unsqueeze(1) + eos_top.long().cumsum(1) - 1
+        write = eos_top & slot.lt(B)
+        new_count = count + write.long().sum(1)
+        return write, slot, new_count, new_count.ge(B)
+
+    def write(self, state: BeamState, cand, write: Tensor, slot: Tensor, new_count: Tensor, step: int,
+              norm: Optional[float]):
+        """fairseq's ``finalize_hypos`` for the marked candidates: tokens with EOS last, positional
+        scores, the (length-normalised) score."""
+        cand_scores, _, cand_beams = cand
+        B = self.B
+        rows = (cand_beams[:, :B] + state.offsets).view(-1)
+        base = state.sent.unsqueeze(1) * (B + 1)
+        target = (base + torch.where(write, slot, torch.full_like(slot, B))).view(-1)
+        eos_scores = cand_scores[:, :B].reshape(-1)
+        tokens = state.tokens.index_select(0, rows)[:, 1 : step + 2]
+        tokens[:, step] = self.eos
+        pos = state.scores.index_select(0, rows)[:, : step + 1]
+        pos[:, step] = eos_scores
+        pos[:, 1:] = pos[:, 1:] - pos[:, :-1]
+        self.tokens[:, : step + 1].index_copy_(0, target, tokens)
+        self.pos[:, : step + 1].index_copy_(0, target, pos)
+        self.score.index_copy_(0, target, eos_scores / norm if norm is not None else eos_scores)
+        self.length.index_fill_(0, target, step + 1)
+        self.count.index_copy_(0, state.sent, new_count)
+
+    def hypotheses(self) -> List[List[Dict]]:
+        """Per sentence, its hypotheses best first (fairseq's ``torch.sort`` of the finalised scores)."""
+        B = self.B
+        count = self.count.tolist()  # once per batch
+        score, length = self.score.cpu(), self.length.tolist()
+        out = []
+        for s in range(self.bsz):
+            first = s * (B + 1)
+            order = torch.sort(score[first : first + count[s]], descending=True)[1].tolist()
+            out.append([{"tokens": self.tokens[first + j, : length[first + j]],
+                         "score": self.score[first + j],
+                         "attention": None,
+                         "alignment": None,
+                         "positional_scores": self.pos[first + j, : length[first + j]]} for j in order])
+        return out
+
+
+# ---- the generator ----
+
+class LeanBeamSearch:
+    """fairseq-generate compatible: ``generate(models, sample)`` as ``SequenceGenerator.generate``."""
+
+    def __init__(self, model, tgt_dict, beam_size: int = 5, max_len_a: float = 0.0, max_len_b: int = 200,
+                 min_len: int = 1, normalize_scores: bool = True, len_penalty: float = 1.0,
+                 unk_penalty: float = 0.0, temperature: float = 1.0, no_repeat_ngram_size: int = 0):
+        if not (hasattr(model, "encoder") and hasattr(model, "decoder")):
+            raise UnsupportedDecoderError(f"a model without an encoder and a decoder ({type(model).__name__})")
+        self.parts = ModelParts(model)  # raises UnsupportedDecoderError for a decoder the lean step cannot run
+        self.model = model
+        self.eos, self.pad, self.vocab_size = tgt_dict.eos(), tgt_dict.pad(), len(tgt_dict)
+        self.beam_size = int(beam_size)
+        self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, int(min_len)
+        self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
+        self.temperature = temperature
+        assert temperature > 0, "--temperature must be greater than 0"
+        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=self.min_len,
+                                                            unk_penalty=float(unk_penalty))
+        self.candidates = BeamCandidates(self.beam_size)
+        self.ngram_block = NGramBlock(no_repeat_ngram_size) if no_repeat_ngram_size > 0 else None
+        self.reset_stats()
+
+    def reset_stats(self):
+        self.stats = {"model_calls": 0, "steps": 0}
+
+    @inference_generate
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
+        if prefix_tokens is not None or constraints is not None:
+            raise ValueError("the lean beam search decodes without --prefix-size/--constraints; "
+                             "pass --beam-search fairseq for them")
+        if len(models) != 1 or models[0] is not self.model:
+            raise ValueError("the lean beam search was built for one model; build a new generator for these")
+        src_tokens = sample["net_input"]["src_tokens"]
+        bsz, src_len = src_tokens.shape[:2]
+        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.model.max_decoder_positions() - 1)
+        assert self.min_len <= max_len, "min_len cannot be larger than max_len, please adjust these!"
+        encoder_out = self.parts.encoder(sample["net_input"])
+        B, device = self.beam_size, src_tokens.device
+        cache = self.parts.step.begin(encoder_out, min(max_len + 1, INITIAL_CACHE_COLUMNS), group=B)
+        state = self._start(bsz, max_len, device, self.eos if bos_token is None else bos_token)
+        finals = FinalizedHypotheses(bsz, B, max_len, self.eos, self.pad, device)
+        slots = torch.arange(max_len + 2, device=device)  # the steps: the decoder's slots, the constraints' steps
+        for step in range(max_len + 1):  # one extra step for EOS
+            lprobs = self._log_probs(cache, state, slots, step, max_len)
+            cand = self.candidates.step(step, lprobs.view(state.n, B, -1),
+                                        state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
+            write, slot, new_count, done = finals.mark(state, cand[0], cand[1], last=step == max_len)
+            flags = torch.cat([done, write.any().view(1)]).tolist()  # the one host read of the step
+            if flags[-1]:
+                finals.write(state, cand, write, slot, new_count, step, self._norm(step))
+            live = state.n - sum(flags[:-1])
+            if live == 0 or step == max_len:
+                break
+            self._advance(cache, state, cand, done, live, step)
+        return finals.hypotheses()
+
+    # ---- the steps ----
+    def _start(self, bsz: int, max_len: int, device, bos: int) -> BeamState:
+        B = self.beam_size
+        tokens = torch.full((bsz * B, max_len + 2), self.pad, dtype=torch.long, device=device)
+        tokens[:, 0] = bos
+        scores = torch.zeros(bsz * B, max_len + 1, device=device)
+        sent = torch.arange(bsz, device=device)
+        return BeamState(tokens, scores, sent, sent.unsqueeze(1) * B, bsz, torch.arange(2 * B, device=device))
+
+    def _log_probs(self, cache, state: BeamState, slots: Tensor, step: int, max_len: int) -> Tensor:
+        """fairseq's next-token log-probs of every live hypothesis ``(n*B, V)``, constrained."""
+        logits, _ = self.parts.step(cache, state.tokens[:, step : step + 1], slots[step : step + 1])
+        cache.advance(1)
+        self.stats["model_calls"] += 1
+        self.stats["steps"] += 1
+        if self.temperature != 1.0:
+            logits = logits.div_(self.temperature)
+        lprobs = DecoderStep.log_probs(logits)[:, 0]
+        self.constraints.apply(lprobs, slots[step], max_len, min_step=step, max_step=step)
+        if self.ngram_block is not None:
+            self.ngram_block(lprobs, state.tokens, step)
+        return lprobs
+
+    def _norm(self, step: int) -> Optional[float]:
+        return (step + 1) ** self.len_penalty if self.normalize_scores else None
+
+    def _advance(self, cache, state: BeamState, cand, done: Tensor, live: int, step: int):
+        """The first ``beam`` candidates that do not finalise continue (fairseq's ``active_hypos``);
+        ``done`` sentences leave the batch (``live``: how many stay, host); tokens, scores and the cache
+        follow the chosen rows."""
+        cand_scores, cand_indices, cand_beams = cand
+        B = self.beam_size
+        cand_rows = cand_beams + state.offsets  # rows in the current numbering
+        if live < state.n:  # the live sentences in order, from the device's ``done`` (no copy from the host)
+            keep = torch.argsort(done.to(torch.uint8), stable=True)[:live]
+            cand_scores, cand_indices, cand_rows = cand_scores[keep], cand_indices[keep], cand_rows[keep]
+            state.sent = state.sent.index_select(0, keep)
+            state.offsets = state.offsets[:live]
+        eos_mask = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
+        K = eos_mask.size(1)
+        active_mask = eos_mask.long() * K + state.cand_offsets[:K]
+        active_hypos = torch.topk(active_mask, k=B, dim=1, largest=False)[1]
+        rows = torch.gather(cand_rows, 1, active_hypos).view(-1)
+        chosen = torch.gather(cand_indices, 1, active_hypos).view(-1)
+        active_scores = torch.gather(cand_scores, 1, active_hypos).view(-1)
+        if live < state.n:
+            state.tokens = state.tokens.index_select(0, rows)
+            state.scores = state.scores.index_select(0, rows)
+            cache.select_rows(rows)
+            state.n = live
+        else:
+            state.tokens[:, : step + 1] = state.tokens[:, : step + 1].index_select(0, rows)
+            if step > 0:
+                state.scores[:, :step] = state.scores[:, :step].index_select(0, rows)
+            cache.reorder(rows)
+        state.tokens[:, step + 1] = chosen
+        state.scores[:, step] = active_scores
+
+
+# ---- the choice: lean, or fairseq's generator with the reason logged ----
+
+# (option, test on fairseq-generate's args, what the lean loop lacks): each falls back to fairseq's generator
+UNSUPPORTED = (
+    ("--sampling", lambda a: _opt(a, "sampling", False), "sampling"),
+    ("--diverse-beam-groups", lambda a: _opt(a, "diverse_beam_groups", -1) > 0, "diverse beam search"),
+    ("--diversity-rate", lambda a: _opt(a, "diversity_rate", -1) > -1, "diverse siblings search"),
+    ("--match-source-len", lambda a: _opt(a, "match_source_len", False), "length-constrained search"),
+    ("--constraints", lambda a: _opt(a, "constraints", None), "lexically constrained search"),
+    ("--prefix-size", lambda a: _opt(a, "prefix_size", 0) > 0, "prefix tokens"),
+    ("--print-alignment", lambda a: _opt(a, "print_alignment", None), "alignments"),
+    ("--score-reference", lambda a: _opt(a, "score_reference", False), "scoring references (not a search)"),
+    ("--lm-path", lambda a: _opt(a, "lm_path", None), "language-model fusion"),
+)
+
+
+def _opt(args, name, default):
+    value = getattr(args, name, default)
+    return default if value is None else value
+
+
+def fallback_reason(models, args, extra_gen_cls_kwargs=None, seq_gen_cls=None, prefix_allowed_tokens_fn=None
+                    ) -> Optional[str]:
+    """Why this run cannot use the lean beam search (None: it can)."""
+    for option, given, what in UNSUPPORTED:
+        if given(args):
+            return f"{option} ({what})"
+    if extra_gen_cls_kwargs and extra_gen_cls_kwargs.get("lm_model") is not None:
+        return "--lm-path (language-model fusion)"
+    if seq_gen_cls is not None:
+        return f"a generator class was asked for ({seq_gen_cls.__name__})"
+    if prefix_allowed_tokens_fn is not None or _opt(args, "prefix_allowed_tokens_fn", None) is not None:
+        return "prefix_allowed_tokens_fn (prefix-constrained search)"
+    if len(models) != 1:
+        return f"an ensemble of {len(models)} models"
+    return None
+
+
+def build_beam_generator(task, models, args, fairseq_generator, **fairseq_kwargs):
+    """``FastTranslationTask.build_generator`` for a plain left-to-right model: the lean beam search,
+    or ``fairseq_generator()`` (fairseq's own) with ``--beam-search fairseq`` or where the run needs what
+    the lean loop lacks (one log line naming the option)."""
+    if getattr(task.cfg, "beam_search", "lean") == "fairseq":
+        logger.info("beam search: fairseq's SequenceGenerator (--beam-search fairseq)")
+        return fairseq_generator()
+    reason = fallback_reason(models, args, **fairseq_kwargs)
+    if reason is None:
+        try:
+            generator = LeanBeamSearch(
+                models[0], task.target_dictionary, beam_size=_opt(args, "beam", 5),
+                max_len_a=_opt(args, "max_len_a", 0), max_len_b=_opt(args, "max_len_b", 200),
+                min_len=_opt(args, "min_len", 1), normalize_scores=not _opt(args, "unnormalized", False),
+                len_penalty=_opt(args, "lenpen", 1), unk_penalty=_opt(args, "unkpen", 0),
+                temperature=_opt(args, "temperature", 1.0), no_repeat_ngram_size=_opt(args, "no_repeat_ngram_size", 0))
+        except UnsupportedDecoderError as err:
+            reason = str(err)
+        else:
+            logger.info("beam search: the lean beam search (--beam-search fairseq for fairseq's SequenceGenerator)")
+            return generator
+    logger.info(f"beam search: fairseq's SequenceGenerator, the lean beam search does not support {reason}")
+    return fairseq_generator()
