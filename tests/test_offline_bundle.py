@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -58,7 +57,7 @@ def offline_bundle(tiny_corpus, tmp_path_factory):
 def evidence(bundle, out, part, *extra, work):
     """scripts/gpu_evidence.sh as on the GPU machine, with the dry run's sizes."""
     return run(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), str(bundle), str(out), "--part", part,
-                "--device", "cpu", "--work", str(work), "--max-update", "2", "--interval", "2", "--sentences", "2",
+                "--device", "cpu", "--work", str(work), "--max-update", "2", "--interval", "2", "--sentences", "2", "--check-sentences", "2",
                 "--runs", "1", "--batch-sizes", "2", "--train-args", "--max-tokens 256", *extra])
 
 
@@ -161,9 +160,9 @@ def test_bundle_over_the_travel_limit_fails_clearly(tmp_path, monkeypatch):
 def test_cp312_wheel_is_built_when_python312_exists(tmp_path):
     """The target's wheel set: fairseq-fixed built by a Python 3.12 from its sdist, its compiled
     modules loadable there, and every dependency as a cp312 or pure wheel."""
-    py312 = shutil.which("python3.12")
+    py312 = bundle_mod.find_python312()
     if not py312:
-        pytest.skip("no python3.12 on PATH: the cp312 bundle cannot be built on this machine")
+        pytest.skip("no working Python 3.12 (PATH or pyenv): the cp312 bundle cannot be built on this machine")
     dest = tmp_path / "wheels"
     tags = bundle_mod.wheels(dest, bundle_mod.pinned_requirements(), py312, local_only=False)
     assert "cp312" in tags

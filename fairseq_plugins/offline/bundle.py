@@ -70,9 +70,19 @@ def pip(python, *args):
 
 
 def python_tag(python):
-    out = subprocess.run([str(python), "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    """cpXY of ``python``; None when it does not run (a pyenv shim of a version not selected exits 127)."""
+    try:
+        out = subprocess.run([str(python), "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
+                             capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def find_python312():
+    """A working Python 3.12: python3.12 on PATH, else one of pyenv's 3.12 versions; None without one."""
+    candidates = [shutil.which("python3.12")] + sorted(map(str, (Path.home() / ".pyenv" / "versions").glob("3.12*/bin/python3.12")))
+    return next((c for c in candidates if c and python_tag(c) == TARGET["abi"]), None)
 
 
 def pinned_requirements():
@@ -147,13 +157,13 @@ def wheels(dest, reqs, python312, local_only):
     local_tag = python_tag(sys.executable)
     pythons = {local_tag: sys.executable}
     if not local_only:
-        py312 = python312 or shutil.which("python3.12")
+        py312 = python312 or find_python312()
         if not py312:
-            raise BundleError("no Python 3.12 here to build fairseq-fixed's cp312 wheel: install one (e.g. "
+            raise BundleError("no working Python 3.12 here to build fairseq-fixed's cp312 wheel: install one (e.g. "
                               "`pyenv install 3.12`) and pass --python312 PATH (--local-only: this Python's wheels only)")
-        pythons[TARGET["abi"]] = py312
         if python_tag(py312) != TARGET["abi"]:
-            raise BundleError(f"--python312 {py312} is {python_tag(py312)}, not {TARGET['abi']}")
+            raise BundleError(f"--python312 {py312} is {python_tag(py312) or 'not a working Python'}, not {TARGET['abi']}")
+        pythons[TARGET["abi"]] = py312
     for tag, python in pythons.items():
         fairseq_wheel(python, tag, dest)
         dependency_wheels(None if tag == TARGET["abi"] and tag != local_tag else python, tag, reqs, dest)
@@ -243,7 +253,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="the bundle folder (git-ignored; offline-bundle/ is)")
     ap.add_argument("--data", help="data root with en-de/, en-de-distilled/, typo-en/ (as scripts/convergence_run.sh builds)")
-    ap.add_argument("--python312", help="a Python 3.12 interpreter (default: python3.12 on PATH)")
+    ap.add_argument("--python312", help="a Python 3.12 interpreter (default: python3.12 on PATH, else pyenv's)")
     ap.add_argument("--local-only", action="store_true", help="only this Python's wheels (testing here)")
     args = ap.parse_args(argv)
     try:

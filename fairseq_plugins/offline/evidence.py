@@ -204,7 +204,7 @@ class Evidence:
             cmd += ["--names", *names]
         if self.args.train_args:
             cmd += ["--", *shlex.split(self.args.train_args)]
-        rc, text = self.checked(name, cmd)
+        rc, text = self.checked(name, cmd, limit=stop_minutes * 60 + 60)  # its scorer's backlog ends here
         summary = json.loads((self.work / "ref" / "summary.json").read_text()) if (self.work / "ref" / "summary.json").exists() else {}
         rows = [{"step": name, "model": m, "updates": (c["points"] or [{}])[-1].get("updates"),
                  "valid_bleu": (c["points"] or [{}])[-1].get("bleu"), "converged": c.get("converged"),
@@ -273,7 +273,7 @@ class Evidence:
     def gpu_check(self):
         cmd = [sys.executable, "-m", "scripts.gpu_check", "--data", self.measured / "en-de" / "bin",
                "--path", self.checkpoints / "baseline" / "checkpoint_best.pt", "--device", self.device,
-               "--sentences", self.args.sentences]
+               "--sentences", self.args.check_sentences]
         for flag, model in (("--blockwise-path", "blockwise_k4_finetuned"), ("--drafter-path", "gad_drafter")):
             if (self.checkpoints / model / "checkpoint_best.pt").exists():
                 cmd += [flag, self.checkpoints / model / "checkpoint_best.pt"]
@@ -290,7 +290,8 @@ class Evidence:
         cmd = [sys.executable, "-m", "scripts.benchmark", "--rows", REPO / "configs" / "benchmark" / rows,
                "--data", self.measured / "en-de", "--checkpoints", self.checkpoints, "--out", out,
                "--batch-sizes", *map(str, self.args.batch_sizes), "--runs", self.args.runs, "--timed-sentences", self.args.sentences,
-               "--device", self.device, "--skip-missing"] + (["--fp16"] if fp16 else [])
+               "--device", self.device, "--skip-missing", "--quality-batch-size", str(max(self.args.batch_sizes))]
+        cmd += ["--fp16"] if fp16 else []
         if self.args.bench_only:
             cmd += ["--only", *self.args.bench_only]
         rc, _ = self.checked(f"benchmark-{Path(rows).stem}-{dtype}", cmd)
@@ -489,8 +490,9 @@ def main(argv=None):
     ap.add_argument("--work", help="scratch folder (default: a new one in the system's temp folder)")
     ap.add_argument("--max-update", type=int, default=None, help="per training (default: cuda 12000, cpu 4)")
     ap.add_argument("--interval", type=int, default=None, help="checkpoint and curve point every N updates (cuda 500)")
-    ap.add_argument("--sentences", type=int, default=None, help="timed test sentences per row (cuda 200, cpu 8)")
-    ap.add_argument("--runs", type=int, default=None, help="timed passes per benchmark row (cuda 3, cpu 1)")
+    ap.add_argument("--sentences", type=int, default=None, help="timed test sentences per row (cuda 32, cpu 8)")
+    ap.add_argument("--check-sentences", type=int, default=None, help="test sentences of the self-check (cuda 200, cpu 4)")
+    ap.add_argument("--runs", type=int, default=None, help="timed passes per benchmark row (cuda 2, cpu 1)")
     ap.add_argument("--names", nargs="*", help="train only these models of the lists (a dry run's subset)")
     ap.add_argument("--bench-only", nargs="*", help="benchmark only rows whose method contains one of these")
     ap.add_argument("--bench-rows", nargs="*", choices=BENCH_ROWS, help="these rows files only (default: all)")
@@ -501,7 +503,7 @@ def main(argv=None):
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cuda = args.device == "cuda"
-    for key, gpu, cpu in (("max_update", 12000, 4), ("interval", 500, 2), ("sentences", 200, 8), ("runs", 3, 1)):
+    for key, gpu, cpu in (("max_update", 12000, 4), ("interval", 500, 2), ("sentences", 32, 8), ("check_sentences", 200, 4), ("runs", 2, 1)):
         if getattr(args, key) is None:
             setattr(args, key, gpu if cuda else cpu)
     args.deadline = args.deadline or PART_DEFAULTS[args.part]
