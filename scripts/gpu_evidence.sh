@@ -16,7 +16,18 @@ py=python3
 py=${PYTHON:-$py}
 target=$(mktemp -d "${TMPDIR:-/tmp}/fast-decoding-site.XXXXXX")
 echo "[evidence] installing $(tr '\n' ' ' < "$bundle/requirements.txt")into $target"
-"$py" -m pip install -q --disable-pip-version-check --no-index --no-deps --find-links "$bundle/wheels" \
-    --target "$target" -r "$bundle/requirements.txt"
+if "$py" -m pip --version >/dev/null 2>&1; then
+  "$py" -m pip install -q --disable-pip-version-check --no-index --no-deps --find-links "$bundle/wheels" \
+      --target "$target" -r "$bundle/requirements.txt"
+else  # a site Python without pip: a wheel is a zip of the files it installs (console scripts aside)
+  echo "[evidence] no pip for $py: unpacking this Python's wheels into $target"
+  "$py" - "$bundle/wheels" "$target" <<'PY'
+import pathlib, sys, zipfile
+tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    if wheel.name[:-4].split("-")[-3] in ("py3", tag):  # NAME-VERSION-PYTHON-ABI-PLATFORM.whl
+        zipfile.ZipFile(wheel).extractall(sys.argv[2])
+PY
+fi
 export PYTHONPATH="$target:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec "$py" -m fairseq_plugins.offline.evidence --bundle "$bundle" --out "$out" --start "$start" "$@"

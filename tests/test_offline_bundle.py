@@ -86,7 +86,7 @@ def test_dry_run_both_parts(offline_bundle, tmp_path):
     out = tmp_path / "out"
     evidence(offline_bundle, out, "speed", "--bench-rows", "reference.json", "--bench-only", "IAD k=10 q=2 (", "Jacobi",
              work=tmp_path / "speed")
-    evidence(offline_bundle, out, "train", "--names", "baseline", "iad_typo", "l2r_kd", "ibdecoder", work=tmp_path / "train")
+    evidence(offline_bundle, out, "train", "--names", "baseline", "l2r_kd", "ibdecoder", work=tmp_path / "train")
     summary = (out / "summary.md").read_text()
     assert "## speed" in summary and "## train" in summary  # the second part kept the first's section
     rows = records(out)
@@ -112,7 +112,7 @@ def test_dry_run_both_parts(offline_bundle, tmp_path):
             for member in tar.getmembers():
                 state = torch.load(tar.extractfile(member), map_location="cpu", weights_only=False)
                 packed[member.name] = state
-    assert set(packed) == {"baseline.pt", "iad_typo.pt", "l2r_kd.pt", "ibdecoder.pt"}
+    assert set(packed) == {"baseline.pt", "l2r_kd.pt", "ibdecoder.pt"}
     for state in packed.values():
         assert state["last_optimizer_state"] is None
         assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {torch.float16}

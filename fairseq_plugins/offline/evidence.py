@@ -52,7 +52,7 @@ class Deadline:
 
 class Report:
     """OUT/summary.md and OUT/results.jsonl, rewritten / appended after every step, so that a run cut
-    off at any point leaves what it finished.  Another part's section of summary.md is kept."""
+    off at any point leaves what it finished.  Another part's section and records are kept."""
 
     def __init__(self, out, part):
         self.out, self.part = Path(out), part
@@ -61,6 +61,10 @@ class Report:
         old = (self.out / "summary.md").read_text() if (self.out / "summary.md").exists() else ""
         self.other = "".join("<!-- part: " + s for s in old.split("<!-- part: ")[1:] if not s.startswith(f"{part} -->"))
         self.sections = []
+        results = self.out / "results.jsonl"
+        if results.exists():  # a part run again replaces its own records, keeps the other part's
+            kept = [line for line in results.read_text().splitlines() if json.loads(line).get("part") != part]
+            results.write_text("".join(line + "\n" for line in kept))
 
     def add(self, title, text, records=()):
         self.sections.append(f"### {title}\n\n{text.rstrip()}\n")
