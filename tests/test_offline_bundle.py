@@ -1,0 +1,181 @@
+"""The air-gapped GPU path (issue 32, docs/GPU.md), dry-run on a CPU: a bundle built by
+scripts/offline_bundle.sh, installed by scripts/gpu_evidence.sh into a fresh --target folder, both
+parts run with --device cpu on a few sentences and a few updates, and their output held to the
+return limits.  Building the bundle needs the package index (PyPI)."""
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import torch
+
+from fairseq_plugins.offline import bundle as bundle_mod
+from fairseq_plugins.offline import limits
+from tests.conftest import REPO, run
+
+DRY_TRAIN, DRY_TEST = 60, 4  # sentences of the dry run's corpora
+
+
+def dry_corpora(corpus, root):
+    """en-de cut from the tiny test corpus (its dictionaries) and a typo-correction corpus built by
+    scripts/build_typo_corpus.py from its English side: a data root as convergence_run.sh makes."""
+    de = root / "en-de"
+    sub = root / "sub"
+    sub.mkdir(parents=True)
+    de.mkdir()
+    for split, n in (("train", DRY_TRAIN), ("valid", DRY_TEST), ("test", DRY_TEST)):
+        for lang in ("en", "de"):
+            for src, dest in ((corpus / f"{split}.sub.{lang}", sub / f"{split}.{lang}"), (corpus / f"{split}.{lang}", de / f"{split}.{lang}")):
+                dest.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
+    for name in ("spm.model", "subword"):
+        shutil.copy(corpus / name, de / name)
+    run([sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "en", "--target-lang", "de",
+         "--trainpref", str(sub / "train"), "--validpref", str(sub / "valid"), "--testpref", str(sub / "test"),
+         "--srcdict", str(corpus / "bin" / "dict.en.txt"), "--tgtdict", str(corpus / "bin" / "dict.de.txt"),
+         "--destdir", str(de / "bin"), "--workers", "1"])
+    text = root / "english.txt"
+    text.write_text("".join((corpus / "train.en").read_text().splitlines(keepends=True)[:300]))
+    run([sys.executable, "-m", "scripts.build_typo_corpus", "--from-text", str(text), "--out", str(root / "typo-en"),
+         "--test-size", str(DRY_TEST), "--valid-size", str(DRY_TEST), "--vocab-size", "300", "--workers", "1"],
+        cwd=REPO)
+    shutil.rmtree(sub)
+    text.unlink()
+    return root
+
+
+@pytest.fixture(scope="module")
+def offline_bundle(tiny_corpus, tmp_path_factory):
+    """A bundle of this Python's wheels and the dry-run corpora, built by the script."""
+    data = dry_corpora(tiny_corpus, tmp_path_factory.mktemp("dry-data"))
+    dest = tmp_path_factory.mktemp("bundle") / "offline-bundle"
+    run(["bash", str(REPO / "scripts" / "offline_bundle.sh"), str(dest), "--data", str(data), "--local-only"])
+    return dest
+
+
+def evidence(bundle, out, part, *extra, work):
+    """scripts/gpu_evidence.sh as on the GPU machine, with the dry run's sizes."""
+    return run(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), str(bundle), str(out), "--part", part,
+                "--device", "cpu", "--work", str(work), "--max-update", "2", "--interval", "2", "--sentences", "2", "--check-sentences", "2",
+                "--runs", "1", "--batch-sizes", "2", "--train-args", "--max-tokens 256", *extra])
+
+
+def records(out):
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_bundle_manifest(offline_bundle):
+    manifest = json.loads((offline_bundle / "MANIFEST.json").read_text())
+    assert manifest["requirements"][0] == "fairseq-fixed==0.12.3.1"
+    assert (offline_bundle / "requirements.txt").read_text().split() == manifest["requirements"]
+    for rel, entry in manifest["files"].items():  # every file listed with its true size and hash
+        assert (offline_bundle / rel).stat().st_size == entry["bytes"]
+        assert bundle_mod.sha256(offline_bundle / rel) == entry["sha256"]
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    assert any(f"fairseq_fixed-0.12.3.1-{tag}" in rel for rel in manifest["files"])
+    assert manifest["corpora"]["en-de"] == {"from": manifest["corpora"]["en-de"]["from"]}
+    assert manifest["corpora"]["en-de-distilled"]["missing"]  # the train part distils it there
+    assert not list((offline_bundle / "data" / "en-de").glob("train.*"))  # raw train text stays home
+    assert (offline_bundle / "data" / "en-de" / "bin" / "train.en-de.en.bin").exists()
+
+
+def test_dry_run_both_parts(offline_bundle, tmp_path):
+    """Both parts into one OUT, as the two commands of one visit may write: every step ran, on the
+    bundle's fairseq, and OUT comes back whole."""
+    out = tmp_path / "out"
+    evidence(offline_bundle, out, "speed", "--bench-rows", "reference.json", "--bench-only", "IAD k=10 q=2 (", "Jacobi",
+             work=tmp_path / "speed")
+    evidence(offline_bundle, out, "train", "--names", "baseline", "l2r_kd", "ibdecoder", work=tmp_path / "train")
+    summary = (out / "summary.md").read_text()
+    assert "## speed" in summary and "## train" in summary  # the second part kept the first's section
+    rows = records(out)
+    assert not [r for r in rows if r.get("status") in ("skipped", "failed")]
+    env = [r for r in rows if r["step"] == "environment"]
+    assert len(env) == 2 and all(r["device"] == "cpu" for r in env)
+    assert "/fast-decoding-site." in summary  # fairseq came from the bundle's --target folder, not the venv's
+    bench = [r for r in rows if r["step"] == "benchmark reference.json"]
+    methods = {r["method"] for r in bench}
+    assert {"en-de: fairseq greedy", "typo->en: IAD k=10 q=2 (fixed width)"} <= methods, methods
+    assert all(r["batch_size"] == 2 and r["dtype"] == "fp32" and r["tokens_per_s"] > 0 for r in bench)
+    lossless = [r for r in bench if "Jacobi" in r["method"] or "IAD" in r["method"]]
+    assert lossless and all(r["identical_to_greedy"] == 1.0 for r in lossless)
+    assert any(r["step"] == "gpu_check" and r["finished"] for r in rows)
+    bleu = {(r["model"], r["beam"]): r for r in rows if r["step"] == "test_bleu"}
+    assert set(bleu) == {("l2r_kd", 1), ("l2r_kd", 4), ("ibdecoder", 1), ("ibdecoder", 4)}
+    assert bleu[("l2r_kd", 4)]["gap_to_l2r_kd"] == 0.0
+    distill = [r for r in rows if r["step"] == "distill"]
+    assert distill and distill[0]["sentences"] == DRY_TRAIN
+    packed = {}
+    for archive in sorted(out.glob("models-*.tar.gz")):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                state = torch.load(tar.extractfile(member), map_location="cpu", weights_only=False)
+                packed[member.name] = state
+    assert set(packed) == {"baseline.pt", "l2r_kd.pt", "ibdecoder.pt"}
+    for state in packed.values():
+        assert state["last_optimizer_state"] is None
+        assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {torch.float16}
+    names = {p.name for p in out.iterdir()}
+    assert {"summary.md", "results.jsonl", "logs-speed.tar.gz", "logs-train.tar.gz"} <= names
+    assert limits.output_problems(out) == []
+
+
+def test_deadline_skips_and_says_so(offline_bundle, tmp_path):
+    """A deadline that leaves no time: every step is skipped with its reason, and OUT still comes back."""
+    out = tmp_path / "out"
+    evidence(offline_bundle, out, "speed", "--deadline", "1", work=tmp_path / "work")
+    rows = records(out)
+    skipped = {r["step"] for r in rows if r.get("status") == "skipped"}
+    assert {"environment", "bootstrap", "gpu_check", "benchmark reference.json fp32"} <= skipped, skipped
+    assert "skipped" in (out / "summary.md").read_text()
+    assert (out / "logs-speed.tar.gz").exists() and limits.output_problems(out) == []
+
+
+def test_output_limits_catch_each_breach(tmp_path):
+    ok = tmp_path / "ok"
+    (ok / "a" / "b").mkdir(parents=True)
+    (ok / "a" / "b" / "x.txt").write_text("x")
+    assert limits.output_problems(ok) == []
+    for make, expected in (
+        (lambda d: [(d / f"f{i}").write_text("x") for i in range(limits.OUT_FILES + 1)], "files >"),
+        (lambda d: (d / "big.bin").write_bytes(b"\0" * (limits.OUT_FILE_MIB * limits.MIB + 1)), "MiB >"),
+        (lambda d: ((d / "a" / "b" / "c").mkdir(parents=True), (d / "a" / "b" / "c" / "x").write_text("x")), "deeper"),
+        (lambda d: (d / "bad name").write_text("x"), "name outside"),
+    ):
+        folder = tmp_path / expected.replace(" ", "_")
+        folder.mkdir()
+        make(folder)
+        problems = limits.output_problems(folder)
+        assert any(expected in p for p in problems), (expected, problems)
+
+
+def test_bundle_over_the_travel_limit_fails_clearly(tmp_path, monkeypatch):
+    (tmp_path / "w.bin").write_bytes(b"\0" * limits.MIB)
+    monkeypatch.setattr(limits, "TRAVEL_MIB", 1)
+    with pytest.raises(limits.LimitError, match="over the 1 MiB that travel.*w.bin"):
+        bundle_mod.check_size(tmp_path)
+
+
+def test_cp312_wheel_is_built_when_python312_exists(tmp_path):
+    """The target's wheel set: fairseq-fixed built by a Python 3.12 from its sdist, its compiled
+    modules loadable there, and every dependency as a cp312 or pure wheel."""
+    py312 = bundle_mod.find_python312()
+    if not py312:
+        pytest.skip("no working Python 3.12 (PATH or pyenv): the cp312 bundle cannot be built on this machine")
+    dest = tmp_path / "wheels"
+    tags = bundle_mod.wheels(dest, bundle_mod.pinned_requirements(), py312, local_only=False)
+    assert "cp312" in tags
+    names = [p.name for p in dest.iterdir()]
+    for name in ("fairseq_fixed", "bitarray", "cffi"):
+        assert any(n.startswith(name) and "cp312" in n for n in names), (name, names)
+    target = tmp_path / "site"
+    subprocess.run([py312, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links", str(dest),
+                    "--target", str(target), *bundle_mod.pinned_requirements()], check=True)
+    probe = ("import importlib.util, sys\n"
+             "for name in ('libbleu', 'data/data_utils_fast'):\n"
+             "    f = next(__import__('pathlib').Path(sys.argv[1], 'fairseq').glob(name + '.cpython-312-*.so'))\n"
+             "    spec = importlib.util.spec_from_file_location(name.split('/')[-1], f)\n"
+             "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n")
+    build_python = bundle_mod.build_python(py312, "cp312")  # has numpy, which data_utils_fast needs
+    subprocess.run([str(build_python), "-c", probe, str(target)], check=True)
