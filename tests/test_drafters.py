@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from fairseq_plugins.decoding.drafters import DraftContext, NoDraft, StepResult
-from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter, source_to_target_map
+from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
+from fairseq_plugins.decoding.drafters.source import source_to_target_map
 from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
 
 PAD, EOS, BOS = 1, 2, 2

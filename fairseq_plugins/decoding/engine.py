@@ -141,7 +141,7 @@ class Synced:
 class DraftVerifyGenerator:
     def __init__(self, models, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule, *, max_len_a=0.0,
                  max_len_b=200, min_len=1, unk_penalty=0.0, len_penalty=1.0, normalize_scores=True,
-                 temperature=1.0, max_len=0, jacobi_length="max", adaptive_block_size="auto"):
+                 temperature=1.0, max_len=0, adaptive_block_size="auto"):
         if len(models) != 1:
             raise DraftVerifyOptionError(
                 f"--drafter verifies with one model; got an ensemble of {len(models)} (--path a:b). Pass one checkpoint.")
@@ -163,9 +163,6 @@ class DraftVerifyGenerator:
         self.max_len = max_len or self.model.max_decoder_positions()
         self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=min_len, unk_penalty=unk_penalty)
         self.scorer = ColumnScorer(self.verifier, self.constraints, temperature, self.vocab_size)
-        if jacobi_length not in ("max", "greedy_oracle"):
-            raise DraftVerifyOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
-        self.length_oracle = jacobi_length == "greedy_oracle" and drafter.needs_target_length
         if adaptive_block_size not in ("auto", "on", "off"):
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
         if not acceptance.needs_verifier:
@@ -258,8 +255,8 @@ class DraftVerifyGenerator:
     def _generate(self, net_input, src_lengths, max_len: int, drafter: Drafter, policy: FixedBlock):
         src_tokens = net_input["src_tokens"]
         target_length = None
-        if drafter.needs_target_length:
-            if self.length_oracle:  # PJ/PGJ with a known length: a greedy pre-run, counted and timed
+        if drafter.target_length is not None:
+            if drafter.target_length == "greedy_oracle":  # PJ/PGJ with a known length: a greedy pre-run, counted and timed
                 calls = self.stats["model_calls"]
                 # no drafter, and a pre-run must not teach the width policy anything
                 greedy = self._decode(net_input, src_lengths, max_len, None, NoDraft(), Exact(), FixedBlock(),
@@ -611,6 +608,6 @@ def build_draft_verify_generator(task, models, args):
         min_len=_generation_option(args, "min_len", 1), unk_penalty=_generation_option(args, "unkpen", 0.0),
         len_penalty=_generation_option(args, "lenpen", 1.0),
         normalize_scores=not _generation_option(args, "unnormalized", False),
-        temperature=_generation_option(args, "temperature", 1.0), jacobi_length=cfg.jacobi_length,
+        temperature=_generation_option(args, "temperature", 1.0),
         adaptive_block_size=getattr(cfg, "adaptive_block_size", "auto"),
     )
