@@ -174,7 +174,7 @@ class FastTranslationTask(TranslationTask):
 def add_missing_defaults(cfg):
     """A config saved before an option existed (a checkpoint's task config, which decoding in-process
     reuses) gets the option's default, so a drafter added since decodes with older checkpoints."""
-    missing = [f for f in dataclasses.fields(FastTranslationConfig) if f.name not in cfg]
+    missing = [f for f in dataclasses.fields(FastTranslationConfig) if not hasattr(cfg, f.name)]
     if not missing:
         return
     with open_dict(cfg) if isinstance(cfg, DictConfig) else contextlib.nullcontext():
