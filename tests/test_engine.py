@@ -76,7 +76,7 @@ def test_decodes_under_inference_mode_and_hands_back_ordinary_tensors(setup):
 
 def test_the_timed_width_is_the_default_only_where_acceptance_is_exact(setup):
     """A width chosen from timings under a lossy rule would make the output depend on the clock."""
-    from fairseq_plugins.decoding.block_size import AdaptiveBlock
+    from fairseq_plugins.decoding.width_policy import AdaptiveBlock
 
     models, task, _, _ = setup
     assert isinstance(engine(models, task, "input_copy").policy, AdaptiveBlock)

@@ -5,7 +5,8 @@ Each example draws:
 
 * a tiny model: random weights, with exact ties forced by duplicated rows of the output projection
   (two tokens with the same logit at every step), and EOS's row a copy or a scaled copy of another
-  token's (EOS ties with, or beats, that token: rows end at different steps);
+  token's (EOS ties with, or beats, that token: rows end at different steps); the beam test's
+  models have no exact ties (``untied``: why there);
 * a batch: 1-5 sources of random lengths (left-padded, as fairseq's), a random max_len (some rows
   stop there, EOS forced) and min_len;
 * for the engine, an adversarial drafter (:class:`Adversary`) with, per row, one way of drafting:
@@ -191,6 +192,12 @@ batches = st.integers(1, 5).flatmap(lambda b: st.tuples(
 weights = st.tuples(st.integers(0, 2 ** 16),                                        # seed
                     st.lists(st.tuples(st.integers(3, 43), st.integers(3, 43)), max_size=4),  # tied rows
                     st.integers(4, 43), st.sampled_from([1.0, 1.0, 1.2]))           # EOS like token t, gain
+# the beam test's models: no exact ties.  fairseq's beam orders tied candidates by torch.topk over its
+# flattened (beam x V) scores, the multi-token beam by a per-hypothesis top-B and a sort: both are beam
+# searches, but with exact ties they keep tied hypotheses in another order, or, when a tie straddles the
+# beam's edge, other ones (found by this test: beam 4, max_len 1, tokens 3 and 34 tied: the same four
+# hypotheses, the tied pair swapped).  The engine's greedy claims fairseq's tie-breaking: ties stay there.
+untied = st.tuples(st.integers(0, 2 ** 16), st.just([]), st.integers(4, 43), st.sampled_from([0.9, 1.2]))
 
 
 @FUZZ
@@ -262,7 +269,7 @@ def plain_beam(model, src, length, beam, max_len, min_len, tgt_dict):
 
 
 @FUZZ
-@given(weights=weights, batch=batches, max_len=st.integers(1, 10), min_len=st.integers(1, 3),
+@given(weights=untied, batch=batches, max_len=st.integers(1, 10), min_len=st.integers(1, 3),
        beam=st.integers(1, 4))
 def test_multi_token_beam_equals_a_plain_reference_beam_for_l2r(models, weights, batch, max_len, min_len, beam):
     task, _, model = models

@@ -32,7 +32,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from fairseq_plugins.decoding.block_size import draft_lengths
+from fairseq_plugins.decoding.width_policy import draft_lengths
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
@@ -149,7 +149,7 @@ class Drafter:
     # where ctx.target_length comes from: None (not needed), "max" (fairseq's maximum length) or "greedy_oracle"
     # (a greedy pre-run, counted and timed): PJ/PGJ's --jacobi-length
     target_length: Optional[str] = None
-    adaptive_block = True  # default of --adaptive-block-size auto: the cost-aware width (block_size.AdaptiveBlock)
+    adaptive_block = True  # default of --adaptive-block-size auto: the cost-aware width (width_policy.AdaptiveBlock)
     # a draft proposed after plain steps is as good as any other (so the width policy may try one
     # slot now and then); False for Jacobi, whose draft is the previous call's predictions at
     # positions that a plain step did not compute
