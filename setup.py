@@ -30,6 +30,6 @@ setup(
         # paper data pipelines (scripts/pipelines/): Moses tokenisation, Japanese word segmentation
         # (MeCab through fugashi with the bundled UniDic-lite), sacreBLEU's ja-mecab tokenizer
         "pipelines": ["sacremoses", "fugashi", "unidic-lite", "sacrebleu[ja]"],
-        "test": ["pytest"],
+        "test": ["pytest", "hypothesis"],
     },
 )

@@ -20,9 +20,16 @@ from fairseq import options, tasks
 from _reorder_utils import build as build_reordered
 from conftest import PLUGIN_DIR
 from engine_helpers import engine
+from fairseq_plugins.decoding.acceptance import ACCEPTANCES as ACCEPTANCE_RULES
+from fairseq_plugins.decoding.drafters import DRAFTERS
+from fairseq_plugins.decoding.drafters.auto import AutoDrafter
 
-ENGINE_DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
-ACCEPTANCES = ("exact", "topk", "min_block", "gad_pp")
+# the registries' names, so that a new drafter or rule is in every generic test at once: every drafter
+# but auto (it decodes with the others: tests/test_auto_drafter.py), every rule that calls the verifier
+ENGINE_DRAFTERS = tuple(n for n in DRAFTERS.names if not issubclass(DRAFTERS[n], AutoDrafter))
+ACCEPTANCES = tuple(n for n in ACCEPTANCE_RULES.names if ACCEPTANCE_RULES[n].needs_verifier)
+# the drafters that decode with the plain checkpoint alone (engine_generator gives the other two their models)
+PLAIN_DRAFTERS = tuple(n for n in ENGINE_DRAFTERS if n not in ("blockwise", "nar"))
 # (id, order, h, c, ablation flags, --double-topk): every order of docs/METHODS.md §1, DOUBLETOPK, Table 2's ablations
 BEAM_CASES = [
     ("l2r_sa", "l2r", 1, 2, [], False),

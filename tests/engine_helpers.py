@@ -1,11 +1,13 @@
 """Shared helpers of the draft-and-verify tests: load the tiny checkpoint in-process, build
 batches of *mixed* source lengths (fairseq's own iterator sorts by length), run fairseq's greedy
 ``SequenceGenerator`` as the reference."""
+import dataclasses
 from argparse import Namespace
 
 import torch
 
 from fairseq_plugins.evaluation.generation import Generation
+from fairseq_plugins.tasks.fast_translation import FastTranslationConfig
 
 # short enough to keep the tests fast, long enough that the 300-update model hits it (forced EOS)
 MAX_LEN_B = 40
@@ -67,8 +69,10 @@ def engine(models, task, drafter, acceptance="exact", block_size=3, **kw):
     task.cfg.drafter = drafter
     task.cfg.acceptance = acceptance
     task.cfg.block_size = block_size
-    defaults = dict(jacobi_length="max", copy_ngram=2, acceptance_topk=2, min_block_size=2, gad_beta=5, gad_tau=3.0,
-                    adaptive_block_size="auto")
+    # every drafter's and rule's own options at their defaults (registry.with_options marks them with an owner)
+    defaults = {f.name: f.default for f in dataclasses.fields(FastTranslationConfig) if "owner" in f.metadata}
+    defaults["adaptive_block_size"] = "auto"
+    defaults.pop("drafter_path", None)  # the caller's (tests of --drafter nar set it)
     for key, value in defaults.items():
         setattr(task.cfg, key, kw.pop(key, value))
     return task.build_generator(models, gen_args(**kw))

@@ -14,7 +14,7 @@ import torch
 
 from conftest import PLUGIN_DIR, REPO, fairseq_cli, run
 from engine_helpers import MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches, reference_greedy
-from fairseq_plugins.decoding.block_size import FixedBlock
+from fairseq_plugins.decoding.width_policy import WidthPolicy
 
 K = 4
 HEAD_TRAIN_ARGS = [
@@ -63,7 +63,7 @@ def test_frozen_exact_equals_base_greedy_on_every_sentence(setup, bs, block):
     assert 1.0 < gen.mean_accepted() <= block  # at most block-1 drafts + the verifier's token per call
 
 
-class _PlainPolicy(FixedBlock):
+class _PlainPolicy(WidthPolicy):
     """A width policy that never lets a draft through (what AdaptiveBlock does when drafts do not pay)."""
 
     def width(self):

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from fairseq_plugins.decoding.drafters import DraftContext, NoDraft, StepResult
-from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter, source_to_target_map
+from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
+from fairseq_plugins.decoding.drafters.source import source_to_target_map
 from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
 
 PAD, EOS, BOS = 1, 2, 2
@@ -64,7 +65,7 @@ def test_jacobi_pj_drafts_the_whole_target_and_hgj_needs_no_length():
     top = torch.stack([torch.arange(100, 121), torch.arange(200, 221)])
     n = step(pj, out, n, first, top, torch.tensor([0, 0]))
     # the whole rest of each target (length incl. EOS 6 and 4) is drafted from the last iterate
-    from fairseq_plugins.decoding.block_size import draft_lengths
+    from fairseq_plugins.decoding.width_policy import draft_lengths
 
     draft = pj.propose(out, n).tokens
     assert draft_lengths(draft, PAD).tolist() == [4, 2]

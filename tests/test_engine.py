@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from _all_generators import PLAIN_DRAFTERS
 from conftest import PLUGIN_DIR, fairseq_cli, run
 from engine_helpers import (MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches,
                             reference_greedy)
@@ -22,7 +23,7 @@ def setup(tiny_corpus, tiny_model):
 
 
 @pytest.mark.parametrize("bs", [1, 8])
-@pytest.mark.parametrize("drafter", ["none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy"])
+@pytest.mark.parametrize("drafter", PLAIN_DRAFTERS)
 def test_exact_equals_fairseq_greedy_on_every_sentence(setup, drafter, bs):
     models, task, batches, refs = setup
     gen = engine(models, task, drafter, block_size=3)
@@ -75,7 +76,7 @@ def test_decodes_under_inference_mode_and_hands_back_ordinary_tensors(setup):
 
 def test_the_timed_width_is_the_default_only_where_acceptance_is_exact(setup):
     """A width chosen from timings under a lossy rule would make the output depend on the clock."""
-    from fairseq_plugins.decoding.block_size import AdaptiveBlock
+    from fairseq_plugins.decoding.width_policy import AdaptiveBlock
 
     models, task, _, _ = setup
     assert isinstance(engine(models, task, "input_copy").policy, AdaptiveBlock)

@@ -20,7 +20,7 @@ from _all_generators import (BEAM_CASES, BEAM_IDS, ENGINE_DRAFTERS, LEAN_CASES, 
 from engine_helpers import MAX_LEN_B, decode_all, gen_args, load, mixed_batches, reference_greedy
 from test_gad import gad_drafter  # noqa: F401  (the cached GAD drafter fixture)
 
-LOSSLESS = {"none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar"}
+LOSSLESS = set(ENGINE_DRAFTERS)  # with --acceptance exact
 
 
 def report(capsys, line):

@@ -17,7 +17,7 @@ import torch
 from conftest import PLUGIN_DIR, REPO, cached, fairseq_cli, run
 from _device_trap import device_trap
 from engine_helpers import decode_all, distill_test_set, engine, greedy_references, mismatches, reference_greedy
-from fairseq_plugins.decoding.block_size import FixedBlock
+from fairseq_plugins.decoding.width_policy import WidthPolicy
 
 BLOCK = 4
 DRAFT_VOCAB = 700  # of 1096 ids: the drafter proposes only the 700 most frequent tokens
@@ -480,12 +480,13 @@ def test_teacher_forced_states_are_the_verifiers_one_position_back(setup):
     assert p.max() > 20 and p.min() == 0  # long and empty prefixes
 
 
-class EveryThirdCall(FixedBlock):
+class EveryThirdCall(WidthPolicy):
     """A width policy that drafts in every third call and takes plain steps between: the drafter's
     state (its cache, the verifier's states) must catch up over several calls it was not asked in."""
 
-    def begin(self, bsz, k):
-        self.k, self.calls = k, 0
+    def begin(self, bsz, k, clock=None):
+        super().begin(bsz, k)
+        self.calls = 0
 
     def width(self):
         self.calls += 1

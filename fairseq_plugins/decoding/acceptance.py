@@ -13,8 +13,10 @@ verifier's own token ``top[:, n]`` at the bifurcation.  A draft token with ``-in
 EOS before the minimum length, anything but EOS at the maximum length) is never accepted, by any
 rule, so the relaxed rules still respect fairseq's length constraints.
 
-Each rule registers its ``--acceptance`` name and help (``ACCEPTANCES``, read by the task).
+Each rule registers its ``--acceptance`` name, help and options (``ACCEPTANCES``, read by the task).
 """
+from dataclasses import dataclass, field
+
 import torch
 from torch import Tensor
 
@@ -36,7 +38,7 @@ def draft_log_probs(draft: Tensor, lprobs: Tensor) -> Tensor:
 
 
 class AcceptanceRule:
-    name = "base"
+    name = "base"  # set by ``@ACCEPTANCES.register`` to the rule's ``--acceptance`` name
     # False: the drafts are the output and nothing verifies them (the engine never calls the verifier)
     needs_verifier = True
     # True: every accepted draft token is the verifier's own token at its column (the row takes them as they are)
@@ -53,19 +55,22 @@ class AcceptanceRule:
 @ACCEPTANCES.register("exact", help="top-1 match, lossless (output = fairseq's greedy)")
 class Exact(AcceptanceRule):
     """Top-1 match (Stern et al. 2018 §3 "verify"; GAD Eq. 7): output identical to greedy."""
-
-    name = "exact"
     takes_verifier_tokens = True
 
     def __call__(self, draft, lprobs, top):
         return prefix_length(draft == top[:, : draft.size(1)])
 
 
-@ACCEPTANCES.register("topk", help="a draft token in the verifier's top-N, --acceptance-topk (Stern 5.1)")
+@dataclass
+class TopKOptions:
+    acceptance_topk: int = field(default=2, metadata={"help": "topk acceptance: accept a draft token in the "
+                                                      "verifier's top-N (Stern 5.1)"})
+
+
+@ACCEPTANCES.register("topk", help="a draft token in the verifier's top-N, --acceptance-topk (Stern 5.1)",
+                      options=TopKOptions)
 class TopK(AcceptanceRule):
     """Stern et al. 2018 §5.1: accept ``d_i`` if it lies in the verifier's top-N (``--acceptance-topk``)."""
-
-    name = "topk"
 
     def __init__(self, n: int):
         if n < 1:
@@ -84,7 +89,12 @@ class TopK(AcceptanceRule):
         return prefix_length(ok)
 
 
-@ACCEPTANCES.register("min_block", help="at least --min-block-size tokens per call (Stern 5.3)")
+@dataclass
+class MinBlockOptions:
+    min_block_size: int = field(default=2, metadata={"help": "min_block acceptance: l (Stern 5.3)"})
+
+
+@ACCEPTANCES.register("min_block", help="at least --min-block-size tokens per call (Stern 5.3)", options=MinBlockOptions)
 class MinBlock(AcceptanceRule):
     """Stern et al. 2018 §5.3: at least ``l`` (``--min-block-size``) tokens are added per step.
 
@@ -92,8 +102,6 @@ class MinBlock(AcceptanceRule):
     bifurcation counts as one of the ``l``, so at least ``l - 1`` draft tokens are accepted, as far
     as the draft has admissible (finite log-prob) tokens; beyond that the exact rule applies.
     """
-
-    name = "min_block"
 
     def __init__(self, l: int):
         if l < 1:
@@ -111,11 +119,15 @@ class MinBlock(AcceptanceRule):
         return torch.maximum(exact, forced)
 
 
-@ACCEPTANCES.register("gad_pp", help="GAD++ (Xia et al. Eq. 8-9: --gad-beta, --gad-tau)")
+@dataclass
+class GADPlusPlusOptions:
+    gad_beta: int = field(default=5, metadata={"help": "GAD++ top-beta (Eq. 8)"})
+    gad_tau: float = field(default=3.0, metadata={"help": "GAD++ log-prob gap tau (Eq. 9)"})
+
+
+@ACCEPTANCES.register("gad_pp", help="GAD++ (Xia et al. Eq. 8-9: --gad-beta, --gad-tau)", options=GADPlusPlusOptions)
 class GADPlusPlus(AcceptanceRule):
     """GAD++ (Xia et al., Eq. 8-9): ``log P(d_i) >= log P(top-beta-th)`` and ``log P(top-1) - log P(d_i) <= tau``."""
-
-    name = "gad_pp"
 
     def __init__(self, beta: int, tau: float):
         if beta < 1:
@@ -144,8 +156,6 @@ class AcceptAll(AcceptanceRule):
     Not lossless.  With ``--acceptance all`` the engine never calls the verifier: the drafter's
     draft, under fairseq's constraints, is the output (``engine``, "the drafter alone"); this rule
     is its definition."""
-
-    name = "all"
     needs_verifier = False
 
     def __call__(self, draft, lprobs, top):

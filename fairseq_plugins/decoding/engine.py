@@ -3,7 +3,7 @@
 Per iteration, for all unfinished rows at once:
 
 1. the drafter proposes up to ``K`` tokens per row (PAD = none; a row may propose fewer); the
-   block-size policy (``block_size``: fixed, or adapted to what the drafts achieve) caps the width;
+   block-size policy (``width_policy``: fixed, or adapted to what the drafts achieve) caps the width;
 2. the verifier scores ``[last token, d_1..d_k]`` after each row's KV cache in ONE call of the lean
    decoder step (causal inside the draft, each row's logical positions), ``k`` = the widest useful
    draft of the batch, not ``K``; on a CPU its columns are projected onto the vocabulary only up
@@ -37,21 +37,19 @@ appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed;
 (draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
-import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
-from fairseq_plugins.decoding.block_size import AdaptiveBlock, FixedBlock, draft_lengths
+from fairseq_plugins.decoding.width_policy import AdaptiveBlock, WidthPolicy, draft_lengths
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.drafters import Draft, DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.iteration_cost import device_clock, host_reads_free
-from fairseq_plugins.decoding.projection import Warmup
 from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.scoring import Columns, ColumnScorer, Scored
 from fairseq_plugins.decoding.verifier import Verifier
@@ -89,7 +87,7 @@ class Run:
 
     drafter: Drafter
     acceptance: AcceptanceRule
-    policy: FixedBlock
+    policy: WidthPolicy
     cache: Optional[KVCache]  # None: the drafter alone, no verifier call
     max_len: int
     arange: Tensor
@@ -99,10 +97,6 @@ class Run:
     row_iterations: int = 0
     propose: bool = True      # ask the drafter for the next call's draft (the width policy's decision)
     drafting: bool = True     # False once the policy will never draft again in this batch
-    asked: bool = False       # the drafter proposed since the last host synchronisation (the width policy's costs)
-    timer: Callable[[], float] = time.perf_counter  # iteration_cost.device_clock of the batch's device
-    clock: Optional[float] = None  # when the last host synchronisation returned (None: none yet in this batch)
-    warmups: int = -1  # projection.Warmup.events at that time: an interval that warmed a kernel is not timed
     host_reads: bool = False  # the host reads the batch's tensors for one operation (iteration_cost.host_reads_free)
     draft_accepted: int = 0   # draft tokens appended (stats, counted on the host from the synchronisation)
     draft_tokens: int = 0     # draft tokens proposed
@@ -115,7 +109,7 @@ class Verdict:
     fed: Draft                # the draft the call scored (the stats and the width policy count it)
     new: Tensor               # (B, m) tokens to append: accepted draft tokens, then the verifier's own
     new_lp: Tensor            # (B, m) their log-probs
-    offered: Optional[Tensor]  # (B,) how many of ``new`` go in before the cut at EOS (None: one, a plain step)
+    kept: Optional[Tensor]    # (B,) how many of ``new`` go in before the cut at EOS (None: one, a plain step)
     accepted: Tensor          # (B,) draft tokens accepted
     scored: Optional[Scored] = None   # the verifier's columns (None: the drafter alone)
     hidden: Optional[Tensor] = None
@@ -132,16 +126,12 @@ class Synced:
     proposed: Optional[List[int]] = None  # draft slots each row sent, where the stats count others than ``sent``
     offered: Optional[List[int]] = None  # whether the drafter had a draft when asked (adaptive policy)
     next_width: Optional[int] = None     # the longest next draft of the rows that go on
-    width: int = 0                       # draft slots this call scored
-    asked: bool = False                  # whether the drafter proposed since the previous synchronisation
-    seconds: Optional[float] = None      # since the previous synchronisation: the iteration's cost on this
-                                         # device (it waits for the device); None for a batch's first
 
 
 class DraftVerifyGenerator:
     def __init__(self, models, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule, *, max_len_a=0.0,
                  max_len_b=200, min_len=1, unk_penalty=0.0, len_penalty=1.0, normalize_scores=True,
-                 temperature=1.0, max_len=0, jacobi_length="max", adaptive_block_size="auto"):
+                 temperature=1.0, max_len=0, adaptive_block_size="auto"):
         if len(models) != 1:
             raise DraftVerifyOptionError(
                 f"--drafter verifies with one model; got an ensemble of {len(models)} (--path a:b). Pass one checkpoint.")
@@ -163,9 +153,6 @@ class DraftVerifyGenerator:
         self.max_len = max_len or self.model.max_decoder_positions()
         self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=min_len, unk_penalty=unk_penalty)
         self.scorer = ColumnScorer(self.verifier, self.constraints, temperature, self.vocab_size)
-        if jacobi_length not in ("max", "greedy_oracle"):
-            raise DraftVerifyOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
-        self.length_oracle = jacobi_length == "greedy_oracle" and drafter.needs_target_length
         if adaptive_block_size not in ("auto", "on", "off"):
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
         if not acceptance.needs_verifier:
@@ -181,14 +168,14 @@ class DraftVerifyGenerator:
         self.host_reads: Optional[bool] = None
         self.reset_stats()
 
-    def _policy_for(self, drafter: Drafter) -> FixedBlock:
+    def _policy_for(self, drafter: Drafter) -> WidthPolicy:
         """One width policy for the generator's life: an adaptive one carries what it learned (and the
         costs it timed) into the next batches."""
         option = self.adaptive_block_size
         # auto: only where acceptance is exact: a timed width would make a lossy rule's output depend on the clock
         adaptive = (drafter.adaptive_block and isinstance(self.acceptance, Exact)) if option == "auto" else option == "on"
         adaptive = adaptive and self.acceptance.needs_verifier  # the drafter alone drafts every call
-        return AdaptiveBlock(probe=drafter.drafts_after_plain_steps) if adaptive else FixedBlock()
+        return AdaptiveBlock(probe=drafter.drafts_after_plain_steps) if adaptive else WidthPolicy()
 
     def _check_drafter_alone(self, drafter: Drafter):
         """``--acceptance all``: the drafter's drafts are the output (GAD's "NAR drafter" row)."""
@@ -255,14 +242,14 @@ class DraftVerifyGenerator:
         self.stats["drafter_choice"] = self.choice.summary()
         return finalized
 
-    def _generate(self, net_input, src_lengths, max_len: int, drafter: Drafter, policy: FixedBlock):
+    def _generate(self, net_input, src_lengths, max_len: int, drafter: Drafter, policy: WidthPolicy):
         src_tokens = net_input["src_tokens"]
         target_length = None
-        if drafter.needs_target_length:
-            if self.length_oracle:  # PJ/PGJ with a known length: a greedy pre-run, counted and timed
+        if drafter.target_length is not None:
+            if drafter.target_length == "greedy_oracle":  # PJ/PGJ with a known length: a greedy pre-run, counted and timed
                 calls = self.stats["model_calls"]
                 # no drafter, and a pre-run must not teach the width policy anything
-                greedy = self._decode(net_input, src_lengths, max_len, None, NoDraft(), Exact(), FixedBlock(),
+                greedy = self._decode(net_input, src_lengths, max_len, None, NoDraft(), Exact(), WidthPolicy(),
                                       count_stats=False)
                 self.stats["oracle_model_calls"] += self.stats["model_calls"] - calls
                 self.stats["length_oracle"] = True
@@ -273,7 +260,7 @@ class DraftVerifyGenerator:
 
     # ---- the loop ----
     def _decode(self, net_input, src_lengths, max_len: int, target_length, drafter: Drafter,
-                acceptance: AcceptanceRule, policy: FixedBlock, count_stats=True):
+                acceptance: AcceptanceRule, policy: WidthPolicy, count_stats=True):
         run, rows = self._begin(net_input, src_lengths, max_len, target_length, drafter, acceptance, policy,
                                 count_stats)
         while True:
@@ -315,9 +302,9 @@ class DraftVerifyGenerator:
                                    encoder_out=None if alone else self.verifier.encoder_out,
                                    vocab_projection=None if alone else self.verifier.step.vocab_projection,
                                    host_reads=reads))
-        policy.begin(bsz, kmax)
+        policy.begin(bsz, kmax, device_clock(device))
         run = Run(drafter, acceptance, policy, cache, max_len, torch.arange(width + 1, device=device), [None] * bsz,
-                  count_stats, propose=policy.expects_draft(), timer=device_clock(device), host_reads=reads)
+                  count_stats, propose=policy.expects_draft(), host_reads=reads)
         if drafter.proposes_after_sync:
             rows.draft = self._sized_draft(run, rows)
         else:
@@ -386,9 +373,9 @@ class DraftVerifyGenerator:
             rows.score = rows.score + new_lp[:, 0]
         else:
             fed = run.arange[:m].unsqueeze(0)
-            is_eos = (new == self.eos) & (fed < verdict.offered.unsqueeze(1))
+            is_eos = (new == self.eos) & (fed < verdict.kept.unsqueeze(1))
             ended = is_eos.any(dim=1)
-            count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, verdict.offered)
+            count = torch.where(ended, is_eos.long().argmax(dim=1) + 1, verdict.kept)
             count, ended = self._bounded(count, ended, n_gen, run.max_len, rows, m)
             longest = max(rows.lengths)
             if run.cache is not None and run.cache.aligned and longest + m < width:  # every row at one step
@@ -448,7 +435,7 @@ class DraftVerifyGenerator:
         if not run.drafting:  # asked, but a drafter that stopped has nothing to offer (the policy learns so)
             return Draft.none(rows.n_gen)
         longest = max(rows.lengths) if run.drafter.proposes_after_sync else None  # host lengths are fresh then
-        run.asked = True
+        run.policy.asked()
         return run.drafter.propose(rows.out, rows.n_gen, longest=longest)
 
     @staticmethod
@@ -471,12 +458,9 @@ class DraftVerifyGenerator:
             read[name], at = host[at : at + part.numel()], at + part.numel()
         if "next_width" in read:
             read["next_width"] = read["next_width"][0]
-        now = run.timer()  # the first interval of a batch holds the encoder: not timed
-        cold = Warmup.events != run.warmups  # a kernel met a new shape: not what the next ones cost
-        seconds, run.clock, run.warmups = (None if run.clock is None or cold else now - run.clock), now, Warmup.events
-        synced = Synced(**read, width=verdict.fed.size, asked=run.asked, seconds=seconds)
-        run.asked = False
-        return synced
+        # timed before update() (in _learn), so that a probe's verdict prices its width with its own timing in the fit
+        run.policy.synced(verdict.fed.size)
+        return Synced(**read)
 
     @staticmethod
     def _learn(run: Run, rows: Rows, synced: Synced):
@@ -487,9 +471,6 @@ class DraftVerifyGenerator:
             # an accepted draft token counts where it was appended (not cut at an EOS or the length limit)
             run.draft_accepted += sum(min(got, after - before)
                                       for got, after, before in zip(synced.got, synced.lengths, rows.lengths))
-        # timed first, so that a probe's verdict in update() prices its width with its own timing in the fit
-        if synced.seconds is not None:  # what an iteration like this one costs here (iteration_cost)
-            run.policy.timed(synced.width, synced.asked, synced.seconds)
         if synced.sent is not None or synced.offered is not None:
             zeros = [0] * len(synced.done)
             run.policy.update(synced.sent or zeros, synced.got or zeros, synced.offered)
@@ -611,6 +592,6 @@ def build_draft_verify_generator(task, models, args):
         min_len=_generation_option(args, "min_len", 1), unk_penalty=_generation_option(args, "unkpen", 0.0),
         len_penalty=_generation_option(args, "lenpen", 1.0),
         normalize_scores=not _generation_option(args, "unnormalized", False),
-        temperature=_generation_option(args, "temperature", 1.0), jacobi_length=cfg.jacobi_length,
+        temperature=_generation_option(args, "temperature", 1.0),
         adaptive_block_size=getattr(cfg, "adaptive_block_size", "auto"),
     )

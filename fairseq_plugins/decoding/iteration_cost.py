@@ -2,7 +2,7 @@
 
 The draft width that pays depends on the hardware (issue "lossless drafting that pays"): on a CPU
 every scored column costs its vocabulary projection, so a call of width 10 costs ~2x a plain step;
-on a GPU it costs about what a plain step does.  So the width policy (``block_size.AdaptiveBlock``)
+on a GPU it costs about what a plain step does.  So the width policy (``width_policy.AdaptiveBlock``)
 carries no thresholds measured on one machine: the engine times the interval between its one host
 synchronisation per iteration and the next (the synchronisation waits for the device, so on a GPU
 too the interval is the whole iteration; on a CPU it is the process's CPU time, :func:`device_clock`)

@@ -24,9 +24,11 @@ from argparse import Namespace
 import torch
 
 import fairseq_plugins  # noqa: F401  (compat repairs + registration)
+from fairseq_plugins.decoding.drafters import DRAFTERS as REGISTERED
+from fairseq_plugins.decoding.drafters.auto import AutoDrafter
 from fairseq_plugins.evaluation.generation import Generation
 
-DRAFTERS = ("none", "jacobi_pj", "jacobi_pgj", "jacobi_hgj", "input_copy", "blockwise", "nar")
+DRAFTERS = tuple(n for n in REGISTERED.names if not issubclass(REGISTERED[n], AutoDrafter))  # auto: one of these
 MAX_LEN = dict(max_len_a=1.2, max_len_b=10)
 LEAN_BEAM = 5  # the lean beam search's rows: against fairseq's beam of this width
 

@@ -16,10 +16,14 @@ A :class:`fairseq.tasks.translation.TranslationTask` with
   (``get_batch_iterator``) and, in ``inference_step``, logs the line once that iterator's epoch is
   exhausted, i.e. right after the last batch (no atexit, no ``__del__``, nothing of fairseq patched).
 """
+import contextlib
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Optional
+
+from omegaconf import DictConfig, open_dict
 
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
@@ -40,6 +44,9 @@ class FastTranslationOptionError(ValueError):
     """Inconsistent options: the message says what is wrong and how to fix it."""
 
 
+# every drafter's and acceptance rule's own options (``options=`` of their registration) join the task's
+@ACCEPTANCES.with_options
+@DRAFTERS.with_options
 @dataclass
 class FastTranslationConfig(TranslationConfig):
     # ---- generation order (training and decoding), docs/METHODS.md §1 ----
@@ -67,17 +74,6 @@ class FastTranslationConfig(TranslationConfig):
     block_size: Optional[int] = field(
         default=None, metadata={"help": "k, draft tokens verified per model call (blockwise: the block of k tokens, "
                                 "k-1 of them drafted by heads 2..k); unset: 5, blockwise: the checkpoint's K"})
-    acceptance_topk: int = field(default=2, metadata={"help": "topk acceptance: accept a draft token in the "
-                                                      "verifier's top-N (Stern 5.1)"})
-    min_block_size: int = field(default=2, metadata={"help": "min_block acceptance: l (Stern 5.3)"})
-    gad_beta: int = field(default=5, metadata={"help": "GAD++ top-beta (Eq. 8)"})
-    gad_tau: float = field(default=3.0, metadata={"help": "GAD++ log-prob gap tau (Eq. 9)"})
-    copy_ngram: int = field(default=2, metadata={"help": "IAD: q, n-gram used to re-anchor in the source"})
-    jacobi_length: str = field(
-        default="max", metadata={"help": "PJ/PGJ target length: 'max' (max_len_a*src+max_len_b, no oracle) "
-                                 "or 'greedy_oracle' (taken from a greedy pre-run, reported and timed as such)"})
-    drafter_path: Optional[str] = field(
-        default=None, metadata={"help": "checkpoint of a drafter model (GAD: fairseq-train --task nar_drafter)"})
     adaptive_block_size: str = field(
         default="auto", metadata={"help": "draft width with the most expected tokens per unit of time, from the rows' "
                                   "acceptance and costs timed on this device: on, off (the papers' fixed "
@@ -100,6 +96,7 @@ class FastTranslationTask(TranslationTask):
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
+        add_missing_defaults(cfg)
         validate_options(cfg)
         self._batch_iterator = None  # the last one made: its end is the end of a fairseq-generate run
         self._summarised = set()
@@ -192,6 +189,17 @@ class FastTranslationTask(TranslationTask):
         logger.info(summary_line(stats))
 
 
+def add_missing_defaults(cfg):
+    """A config saved before an option existed (a checkpoint's task config, which decoding in-process
+    reuses) gets the option's default, so a drafter added since decodes with older checkpoints."""
+    missing = [f for f in dataclasses.fields(FastTranslationConfig) if not hasattr(cfg, f.name)]
+    if not missing:
+        return
+    with open_dict(cfg) if isinstance(cfg, DictConfig) else contextlib.nullcontext():
+        for f in missing:
+            setattr(cfg, f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
+
+
 def order_flags_given(cfg):
     """Whether the run names an order (--target-order, --directions, --tokens-per-direction, ablations);
     without any, fairseq-generate decodes a checkpoint in the order it was trained with."""
@@ -237,8 +245,6 @@ def validate_options(cfg):
         raise FastTranslationOptionError(
             f"--dedup-ngram {cfg.dedup_ngram}: give n >= 1 to collapse repeated n-grams of fairseq's or a reordered "
             "model's output, 0 for none; --drafter's output is fairseq's greedy output by contract, so drop one")
-    if cfg.jacobi_length not in ("max", "greedy_oracle"):
-        raise FastTranslationOptionError("--jacobi-length must be 'max' or 'greedy_oracle'")
     try:
         order = order_from_config(cfg)
     except OrderError as err:

@@ -49,9 +49,8 @@ def jacobi_trace(model, task, sample, max_len_b=200) -> DDGTrace:
 
     if sample["net_input"]["src_tokens"].size(0) != 1:
         raise ValueError("DDGviz draws one sentence: pass a sample with a single source")
-    drafter = JacobiDrafter("pj", block_size=1, record=True)
-    gen = DraftVerifyGenerator([model], task.target_dictionary, drafter, Exact(), max_len_b=max_len_b,
-                               jacobi_length="greedy_oracle")
+    drafter = JacobiDrafter("pj", block_size=1, record=True, length="greedy_oracle")
+    gen = DraftVerifyGenerator([model], task.target_dictionary, drafter, Exact(), max_len_b=max_len_b)
     with torch.no_grad():
         hypo = gen.generate([model], sample)[0][0]
     greedy = hypo["tokens"].tolist()

@@ -3,11 +3,11 @@
 Which drafter pays depends on the data (IAD needs outputs that copy the input), the checkpoint
 (blockwise needs heads, GAD a drafter) and the device (a wide verification call is cheap on a GPU,
 not on a CPU), so it is measured, not guessed.  The candidates (our choice; the papers each
-assume one drafter):
-
-* ``none`` -- plain greedy through the engine, the fallback;
-* ``input_copy`` (IAD) and ``jacobi_hgj`` (needs no target length), always;
-* ``blockwise`` when the checkpoint has proposal heads; ``nar`` when ``--drafter-path`` is given.
+assume one drafter): every registered drafter (``DRAFTERS``) this model and run support, ``none``
+(plain greedy through the engine) being the fallback; a drafter that needs what the run lacks
+(``blockwise``: a checkpoint with proposal heads; ``nar``: ``--drafter-path``) raises
+``DrafterNotAvailableError`` when built and is left out, and so are PJ and PGJ, which take a
+target length (``jacobi_hgj`` is Jacobi without one).
 
 While choosing, the generator decodes its batches with the candidates in turn (fairseq-generate's
 batches are sorted by length, so neighbouring batches are alike), timing each batch as a whole (the
@@ -157,16 +157,18 @@ class AutoDrafter(Drafter):
             raise DrafterNotAvailableError(
                 f"--drafter auto chooses among lossless drafters: use --acceptance exact (got {cfg.acceptance}), "
                 "or name one drafter")
-        names = ["none", "input_copy", "jacobi_hgj"]
-        if models and getattr(models[0], "block_heads", None) is not None:
-            names.append("blockwise")
-        if getattr(cfg, "drafter_path", None):
-            names.append("nar")
         candidates = {}
-        for name in names:
+        for name in DRAFTERS.names:
+            if issubclass(DRAFTERS[name], AutoDrafter):
+                continue
             sub = copy.copy(cfg)
             sub.drafter = name
-            candidates[name] = DRAFTERS[name].from_config(sub, task, models)
+            try:
+                drafter = DRAFTERS[name].from_config(sub, task, models)
+            except DrafterNotAvailableError:  # it needs what this run lacks (heads, a drafter model)
+                continue
+            if drafter.target_length is None:  # PJ/PGJ take a target length: HGJ is Jacobi without one
+                candidates[name] = drafter
         return cls(candidates)
 
     def max_draft(self, max_len):

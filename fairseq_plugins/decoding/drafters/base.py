@@ -16,7 +16,7 @@ The interface is small, so that adding a drafter never touches the engine:
 * ``max_draft(max_len)``          an upper bound of the draft's width (buffer sizes).
 
 Class attributes say what a drafter needs (the engine reads them once per batch):
-``needs_target_length`` (PJ/PGJ: ``ctx.target_length``, ``--jacobi-length``), ``needs_all_columns``
+``target_length`` (PJ/PGJ: where ``ctx.target_length`` comes from, ``--jacobi-length``), ``needs_all_columns``
 (Jacobi: the verifier's predictions at every fed column), ``proposes_after_sync`` (GAD: its decoder
 input is as wide as the longest prefix, a host number the engine knows only after its sync),
 ``standalone`` (proposes without the verifier's feedback, so it can decode alone:
@@ -32,7 +32,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from fairseq_plugins.decoding.block_size import draft_lengths
+from fairseq_plugins.decoding.width_policy import draft_lengths
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
@@ -65,7 +65,7 @@ class DraftContext:
     src_lengths: Tensor           # (B,)
     max_len: int                  # fairseq's max_len: steps 0..max_len (EOS forced at max_len)
     width: int                    # width of the engine's ``out`` buffer
-    target_length: Optional[Tensor]  # (B,) tokens incl. EOS, for drafters with needs_target_length
+    target_length: Optional[Tensor]  # (B,) tokens incl. EOS, for a drafter with a ``target_length`` source
     bos: int
     eos: int
     pad: int
@@ -145,9 +145,11 @@ class StepResult:
 
 
 class Drafter:
-    name = "base"
-    needs_target_length = False
-    adaptive_block = True  # default of --adaptive-block-size auto: the cost-aware width (block_size.AdaptiveBlock)
+    name = "base"  # set by ``@DRAFTERS.register`` to the drafter's ``--drafter`` name (a class of several: per instance)
+    # where ctx.target_length comes from: None (not needed), "max" (fairseq's maximum length) or "greedy_oracle"
+    # (a greedy pre-run, counted and timed): PJ/PGJ's --jacobi-length
+    target_length: Optional[str] = None
+    adaptive_block = True  # default of --adaptive-block-size auto: the cost-aware width (width_policy.AdaptiveBlock)
     # a draft proposed after plain steps is as good as any other (so the width policy may try one
     # slot now and then); False for Jacobi, whose draft is the previous call's predictions at
     # positions that a plain step did not compute

@@ -29,15 +29,19 @@ dict, re-anchoring a lookup.  At batch 1 on a CPU an iteration's time is mostly 
 operation: the host path makes about 8 where the tensor path makes 31 (15 against 45 us).
 
 Source and target must share the vocabulary; with different dictionaries the source ids are
-mapped to target ids through their strings (``<unk>`` where the target lacks a piece).
+mapped to target ids through their strings (``<unk>`` where the target lacks a piece;
+``drafters.source``).
 """
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
+from fairseq_plugins.decoding.drafters.base import (DRAFTERS, BlockDrafter, Draft, DrafterNotAvailableError,
+                                                    StepResult, block_size_of)
+from fairseq_plugins.decoding.drafters.source import in_target_ids, source_to_target_map
 
 _NO_MATCH = -1   # source-side value that never equals an output token (BOS slot)
 MAX_NGRAM = 3   # --copy-ngram's largest value
@@ -48,10 +52,15 @@ _SENTINEL = -2   # source-side value of the trailing PAD sentinel / padding for 
 _DIGIT, _BASE = 2, 1 << 20
 
 
-@DRAFTERS.register("input_copy", help="input-guided aggressive decoding, IAD (copies the source; --copy-ngram)")
+@dataclass
+class InputCopyOptions:
+    copy_ngram: int = field(default=2, metadata={"help": "IAD: q, n-gram used to re-anchor in the source"})
+
+
+@DRAFTERS.register("input_copy", help="input-guided aggressive decoding, IAD (copies the source; --copy-ngram)",
+                   options=InputCopyOptions)
 class InputCopyDrafter(BlockDrafter):
     adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
-    name = "input_copy"
     # the host path for batches of this many rows at most (a CPU): its Python work grows with the rows, the
     # tensor path's ~30 operations do not (one CPU here: 15 against 45 us at 1 row, 34 against 46 at 8, 94 against
     # 49 at 32); at one row it wins on any CPU, past that the crossover is the CPU's, so the choice stops at one
@@ -68,16 +77,13 @@ class InputCopyDrafter(BlockDrafter):
     @classmethod
     def from_config(cls, cfg, task, models=()):
         if len(task.target_dictionary) >= _BASE - _DIGIT:
-            raise ValueError(f"--drafter input_copy supports vocabularies of up to {_BASE - _DIGIT - 1:,} symbols "
+            raise DrafterNotAvailableError(f"--drafter input_copy supports vocabularies of up to {_BASE - _DIGIT - 1:,} symbols "
                              f"(this one has {len(task.target_dictionary):,}); use --drafter jacobi_hgj instead")
         return cls(block_size_of(cfg), cfg.copy_ngram, source_to_target_map(task.source_dictionary, task.target_dictionary))
 
     def begin(self, ctx):
         super().begin(ctx)
-        src = ctx.src_tokens
-        if self.src_to_tgt is not None:
-            self.src_to_tgt = self.src_to_tgt.to(src.device)
-            src = torch.where(src == ctx.pad, src, self.src_to_tgt[src])
+        src = in_target_ids(ctx.src_tokens, ctx.pad, self.src_to_tgt)
         slen = src.size(1)
         # a tail of PAD/sentinel columns past every source, one draft (plus the verifier's token) wide:
         # an anchor there drafts nothing, and no index computed below needs a bound or a clamp
@@ -256,10 +262,3 @@ class HostAnchors:
         self.x, self.ngrams, self.real, self.anchor = (
             [values[i] for i in keep] for values in (self.x, self.ngrams, self.real, self.anchor))
 
-
-def source_to_target_map(src_dict, tgt_dict):
-    """None when both dictionaries are the same list of symbols, else an id map through strings."""
-    if src_dict is tgt_dict or list(src_dict.symbols) == list(tgt_dict.symbols):
-        return None
-    # built on the host once; begin() moves it to the sources' device
-    return torch.tensor([tgt_dict.index(sym) for sym in src_dict.symbols], dtype=torch.long, device="cpu")

@@ -26,32 +26,45 @@ pre-run that the engine performs, counts and times (``stats['length_oracle']``).
 Choice (paper leaves it open): the verifier's prediction one position past the block is kept as
 the next block's first guess instead of PAD; it costs nothing and keeps the output identical.
 """
+from dataclasses import dataclass, field
+
 import torch
 
 from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
 
+TARGET_LENGTHS = ("max", "greedy_oracle")  # --jacobi-length
+
+
+@dataclass
+class JacobiOptions:
+    jacobi_length: str = field(
+        default="max", metadata={"help": "PJ/PGJ target length: 'max' (max_len_a*src+max_len_b, no oracle) "
+                                 "or 'greedy_oracle' (taken from a greedy pre-run, reported and timed as such)"})
+
 
 @DRAFTERS.register("jacobi_pj", "jacobi_pgj", "jacobi_hgj",
-                   help="Jacobi decoding (Santilli et al. Alg. 1-3); PJ/PGJ take --jacobi-length")
+                   help="Jacobi decoding (Santilli et al. Alg. 1-3); PJ/PGJ take --jacobi-length", options=JacobiOptions)
 class JacobiDrafter(BlockDrafter):
     adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     drafts_after_plain_steps = False  # after a plain step the next positions hold no prediction yet
     needs_all_columns = True  # the verifier's predictions at every fed position are the next iterate (Eq. 4)
 
-    def __init__(self, variant: str, block_size: int, record: bool = False):
+    def __init__(self, variant: str, block_size: int, record: bool = False, length: str = "max"):
         if variant not in ("pj", "pgj", "hgj"):
             raise ValueError(f"unknown Jacobi variant {variant!r}")
+        if length not in TARGET_LENGTHS:
+            raise ValueError(f"--jacobi-length must be one of {', '.join(TARGET_LENGTHS)} (got {length!r})")
         super().__init__(block_size)
         self.variant = variant
         self.name = "jacobi_" + variant
-        self.needs_target_length = variant in ("pj", "pgj")
+        self.target_length = length if variant in ("pj", "pgj") else None  # HGJ needs none
         self.adaptive_block = variant != "pj"  # PJ drafts the whole target by definition (Alg. 1)
         self.record = record  # keep every iterate (DDGviz)
         self.history = []
 
     @classmethod
     def from_config(cls, cfg, task=None, models=()):
-        return cls(cfg.drafter.split("_", 1)[1], block_size_of(cfg))
+        return cls(cfg.drafter.split("_", 1)[1], block_size_of(cfg), length=cfg.jacobi_length)
 
     def max_draft(self, max_len):
         return max_len if self.variant == "pj" else self.block
@@ -62,7 +75,7 @@ class JacobiDrafter(BlockDrafter):
         # iterate y^k, aligned with the engine's output buffer (index 1 + step); PAD = INITT (§3.3)
         self.guess = ctx.src_tokens.new_full((bsz, ctx.width), ctx.pad)
         self.guess_prob = torch.zeros(bsz, ctx.width, device=ctx.src_tokens.device)
-        if self.needs_target_length:
+        if self.target_length is not None:
             if ctx.target_length is None:
                 raise ValueError(f"{self.name} needs the target length (--jacobi-length)")
             self.length = ctx.target_length.clone()

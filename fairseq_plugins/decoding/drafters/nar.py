@@ -24,6 +24,8 @@ Choices:
 The drafter runs on the verifier's device and in its dtype (fp16 on GPU with ``--fp16``).
 """
 import os
+from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -91,9 +93,18 @@ def load_drafter(path, task):
     return model, int(record["block_size"])
 
 
-@DRAFTERS.register("nar", help="GAD's NAR drafter model (--drafter-path; --acceptance all: the drafter alone)")
+@dataclass
+class NAROptions:
+    drafter_path: Optional[str] = field(
+        default=None, metadata={"help": "checkpoint of a drafter model (GAD: fairseq-train --task nar_drafter)"})
+
+
+@DRAFTERS.register("nar", help="GAD's NAR drafter model (--drafter-path; --acceptance all: the drafter alone)",
+                   options=NAROptions)
 class NARDrafter(BlockDrafter):
-    name = "nar"
+    """GAD's drafter; a subclass that ``decodes(model)`` a kind of drafter checkpoint takes it over
+    (the shallow drafter, ``drafters.shallow``): the checkpoint picks the class, ``--drafter nar`` either way."""
+
     standalone = True  # has its own model: can also decode alone (--acceptance all)
     proposes_after_sync = True  # its input is as wide as the longest prefix (a host number: no sync of its own)
 
@@ -116,11 +127,15 @@ class NARDrafter(BlockDrafter):
     @classmethod
     def from_config(cls, cfg, task, models):
         model, trained = load_drafter(cfg.drafter_path, task)
-        if getattr(model, "reads_verifier_encoder", False):  # a shallow drafter: the cheap one, same flags
-            from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter as cls
+        cls = next((sub for sub in cls.__subclasses__() if sub.decodes(model)), cls)
         tgt = task.target_dictionary
         block = trained if cfg.block_size is None else cfg.block_size  # unset --block-size: the drafter's own k
         return cls(model, block, trained, len(tgt), tgt.pad(), verifier=models[0] if models else None)
+
+    @staticmethod
+    def decodes(model) -> bool:
+        """Whether this class decodes the drafter checkpoint ``model`` (a subclass: instead of its parent)."""
+        return True
 
     def _follow_verifier(self, like: Tensor):
         """Same device and dtype as the verifier (fairseq-generate moves it after loading)."""

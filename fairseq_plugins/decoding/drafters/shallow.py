@@ -95,6 +95,10 @@ class MaskSlotStep(DecoderStep):
 
 
 class ShallowDrafter(NARDrafter):
+    @staticmethod
+    def decodes(model) -> bool:
+        return getattr(model, "reads_verifier_encoder", False)  # a shallow drafter: the cheap one, same flags
+
     def __init__(self, model, block_size: int, trained_block: int, vocab_size: int, pad: int, verifier=None):
         if verifier is None or not all(fingerprint_matches(getattr(model, name), getattr(verifier, part))
                                        for name, part in model.fingerprints()):

@@ -1,10 +1,10 @@
-"""The draft-width policy (fairseq_plugins/decoding/block_size.py): widths follow what the drafts
+"""The draft-width policy (fairseq_plugins/decoding/width_policy.py): widths follow what the drafts
 achieve, a batch whose drafts never pay takes plain steps and probes now and then, and the fixed
 policy is the papers' setting."""
 import pytest
 
-from fairseq_plugins.decoding.block_size import (
-    MAX_PROBE, PROBE, PROBE_BUDGET, PROBE_ROWS, AdaptiveBlock, FixedBlock, draft_lengths)
+from fairseq_plugins.decoding.width_policy import (
+    MAX_PROBE, PROBE, PROBE_BUDGET, PROBE_ROWS, AdaptiveBlock, WidthPolicy, draft_lengths)
 from fairseq_plugins.decoding.iteration_cost import IterationCosts, rows_bucket
 
 PLAIN = 1e-3  # seconds of an idle iteration in the synthetic timings
@@ -30,7 +30,7 @@ def cpu_policy(probe=True):
 
 
 def test_fixed_block_always_allows_k():
-    policy = FixedBlock()
+    policy = WidthPolicy()
     policy.begin(4, 5)
     policy.update([5, 5, 5, 5], [0, 0, 0, 0])
     assert policy.width() == 5
@@ -100,7 +100,7 @@ def test_an_unmeasured_device_times_idle_iterations_until_its_yardstick_holds():
     """A policy that drafts at every step times no idle iteration of its own: it forces one at once
     (not on the batch's first call, whose interval holds the encoder), then one every YARDSTICK_GAP
     iterations until YARDSTICKS are timed, then one every REFRESH."""
-    from fairseq_plugins.decoding.block_size import REFRESH, YARDSTICK_GAP, YARDSTICKS
+    from fairseq_plugins.decoding.width_policy import REFRESH, YARDSTICK_GAP, YARDSTICKS
 
     policy = AdaptiveBlock()
     policy.begin(1, 4)
@@ -286,7 +286,7 @@ def test_expects_draft_is_false_only_when_the_next_width_is_zero():
     for i in range(len(widths) - 1):
         if not expects[i]:
             assert widths[i + 1] == 0, i
-    fixed = FixedBlock()
+    fixed = WidthPolicy()
     fixed.begin(8, 3)
     assert fixed.width() == 3 and fixed.expects_draft()
 
@@ -309,7 +309,7 @@ def test_a_probing_batch_never_stops_for_good():
         assert not policy.stopped()
         if w:
             policy.update([w] * 32, [0] * 32)
-    fixed = FixedBlock()
+    fixed = WidthPolicy()
     fixed.begin(8, 3)
     assert not fixed.stopped()
 
@@ -410,7 +410,7 @@ def test_a_policy_without_probes_retries_whole_batches_at_doubling_gaps():
     """Jacobi cannot probe inside a batch: once its learned prior does not pay, batches decode plain
     (the drafter dropped) except trial batches from the cautious prior, ever further apart; a trial
     that pays brings drafting back for every batch."""
-    from fairseq_plugins.decoding.block_size import MAX_BATCH_GAP, P_START
+    from fairseq_plugins.decoding.width_policy import MAX_BATCH_GAP, P_START
 
     policy = cpu_policy(probe=False)
     trials = []
@@ -499,7 +499,7 @@ def test_a_width_wider_than_any_timed_is_tried_then_priced_as_measured():
 def test_slot_acceptance_is_conditional_on_the_slots_before():
     """IAD-like drafts: half the calls reject the first slot, the other half accept all ten.  Per
     token that is p = 0.5, but a slot after an accepted one is nearly always accepted."""
-    from fairseq_plugins.decoding.block_size import SlotAcceptance
+    from fairseq_plugins.decoding.width_policy import SlotAcceptance
 
     slots = SlotAcceptance()
     for _ in range(20):

@@ -53,13 +53,15 @@ speculative decoding, decided here for the whole batch):
 
 The policy runs on the host, on the accepted and proposed counts that the engine's one host
 transfer per iteration brings anyway and the interval's time: it adds no tensor operation.  Acceptance is untouched, so
-``exact`` stays lossless.  ``FixedBlock`` is the papers' setting: every row drafts up to
-``--block-size`` tokens.
+``exact`` stays lossless.  ``WidthPolicy``, the interface, is itself the papers' setting: every
+row drafts up to ``--block-size`` tokens.
 """
-from typing import List, Optional
+import time
+from typing import Callable, List, Optional
 
 from fairseq_plugins.decoding.acceptance import prefix_length
 from fairseq_plugins.decoding.iteration_cost import IterationCosts
+from fairseq_plugins.decoding.projection import Warmup
 
 PROBE = 8          # iterations before a batch whose drafts did not pay tries one draft slot again
 MAX_PROBE = 256    # the interval doubles after each try that did not pay, up to this (64: probes of a GAD drafter
@@ -133,13 +135,34 @@ class SlotAcceptance:
         return (self.accepted[i] + SLOT_PSEUDO * fallback) / (self.tried[i] + SLOT_PSEUDO)
 
 
-class FixedBlock:
-    """Every row drafts up to ``--block-size`` tokens (the papers' setting)."""
+class WidthPolicy:
+    """The draft-width policy's interface, and its fixed case: every row drafts up to ``--block-size``
+    tokens (the papers' setting, ``--adaptive-block-size off``)."""
 
     adaptive = False
 
-    def begin(self, bsz: int, k: int):
+    def begin(self, bsz: int, k: int, clock: Callable[[], float] = time.perf_counter):
+        """A batch of ``bsz`` rows, drafts of up to ``k`` slots, iterations timed by ``clock``
+        (``iteration_cost.device_clock`` of the batch's device)."""
         self.k = k
+        self.clock = clock
+        self._since: Optional[float] = None  # when the last synchronisation returned (None: none yet in this batch)
+        self._warmups = -1  # projection.Warmup.events then: an interval that warmed a kernel is not timed
+        self._asked = False  # the drafter proposed since the last synchronisation
+
+    def asked(self):
+        """The drafter is proposing: this interval holds its cost."""
+        self._asked = True
+
+    def synced(self, width: int):
+        """The engine's one host synchronisation of an iteration returned (it waits for the device):
+        the interval since the previous one, whose call scored ``width`` draft slots, is what such an
+        iteration costs here (``timed``), unless it is the batch's first (it holds the encoder) or a
+        kernel met a new shape in it (not what the next ones cost)."""
+        now = self.clock()
+        if self._since is not None and Warmup.events == self._warmups:
+            self.timed(width, self._asked, now - self._since)
+        self._since, self._warmups, self._asked = now, Warmup.events, False
 
     def width(self) -> int:
         """Draft slots the next call may verify (host int)."""
@@ -164,7 +187,7 @@ class FixedBlock:
         """One iteration took ``seconds``: ``width`` draft slots scored, a draft proposed or not."""
 
 
-class AdaptiveBlock(FixedBlock):
+class AdaptiveBlock(WidthPolicy):
     adaptive = True
 
     def __init__(self, probe: bool = True, costs: Optional[IterationCosts] = None):
@@ -183,8 +206,8 @@ class AdaptiveBlock(FixedBlock):
         self.batch_wait = self.batch_gap = 1  # trial batches of a drafter that cannot probe
         self.since_idle = YARDSTICK_GAP  # iterations since the last idle one (the first yardstick is due at once)
 
-    def begin(self, bsz, k):
-        self.k = k
+    def begin(self, bsz, k, clock=time.perf_counter):
+        super().begin(bsz, k, clock)
         self.start_rows = bsz  # slots are priced at the batch's size at the start: see the module docstring
         self.first_call = True  # a batch's first interval holds the encoder and is never timed: no yardstick there
         self._learn(range(len(self.g)))  # the previous batch's last rows
