@@ -52,7 +52,7 @@ from pathlib import Path
 
 from fairseq_plugins.corpora.files import AtomicBinary, AtomicWriter
 from fairseq_plugins.evaluation import learning_curve, train_log
-from fairseq_plugins.evaluation.reference_models import ReferenceModels, better, evaluation_corpus
+from fairseq_plugins.evaluation.reference_models import EXTRA_STATE_KEPT, ReferenceModels, better, evaluation_corpus
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -537,7 +537,8 @@ def export(models, out, dest, data):
             continue
         state = torch.load(src, map_location="cpu", weights_only=False)
         state["last_optimizer_state"] = None
-        state.pop("extra_state", None)
+        # fairseq's loader reads extra_state["train_iterator"] (KeyError without it): keep what it reads
+        state["extra_state"] = {k: v for k, v in (state.get("extra_state") or {}).items() if k in EXTRA_STATE_KEPT}
         with AtomicBinary(Path(dest) / m["name"] / "checkpoint_best.pt") as f:
             torch.save(state, f)
         print(f"exported {src}", flush=True)

@@ -280,3 +280,22 @@ def test_a_training_at_its_max_update_is_not_started_again(tmp_path, monkeypatch
                         "--poll-seconds", "0.1", "--max-update", "1000", "--flatten-reference", "none"])
     assert not (out / "done" / "pid").exists()
     assert (out / "half" / "pid").exists()
+
+
+def test_an_exported_checkpoint_loads_with_fairseq(tmp_path, tiny_corpus, tiny_model):
+    """--export drops the optimizer state but keeps what fairseq's loader reads (extra_state's iterator)."""
+    from fairseq import checkpoint_utils
+
+    (tmp_path / "out" / "checkpoints" / "m").mkdir(parents=True)
+    (tmp_path / "out" / "checkpoints" / "m" / "checkpoint_best.pt").symlink_to(tiny_model)
+    reference_run.export([{"name": "m", "corpus": tiny_corpus.name}], tmp_path / "out", tmp_path / "export", tiny_corpus.parent)
+    exported = tmp_path / "export" / "m" / "checkpoint_best.pt"
+    assert torch_load(exported)["last_optimizer_state"] is None
+    models, _ = checkpoint_utils.load_model_ensemble([str(exported)], arg_overrides={"data": str(tiny_corpus / "bin")})
+    assert len(models) == 1
+
+
+def torch_load(path):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)
