@@ -29,6 +29,7 @@ from pathlib import Path
 
 from fairseq_plugins.evaluation import train_log
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
+from fairseq_plugins.evaluation.reference_models import pack_checkpoint
 from fairseq_plugins.offline import limits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,7 +270,7 @@ class Evidence:
             code_ = job.stop(grace=10)
             last = self.work / "ref" / "checkpoints" / n / "checkpoint_last.pt"
             if last.exists():
-                export_fp16(last, self.checkpoints / n / "checkpoint_best.pt")
+                pack_checkpoint(last, self.checkpoints / n / "checkpoint_best.pt")
             rows.append({"step": "bootstrap", "model": n, "exit": code_, "updates": train_log.updates(job.log),
                          "checkpoint": last.exists()})
         self.report.add(f"bootstrap: stage 1 trained for at most {minutes:.1f} min",
@@ -323,9 +324,8 @@ class Evidence:
 
     def export(self):
         """Every trained model's checkpoint (reference_run's choice: where it converged, else its best or
-        last) as CHECKPOINTS/<name>/checkpoint_best.pt in fp16 without optimizer state.  fairseq's loader
-        needs ``extra_state``, so it is kept (reference_run --export drops it, and fairseq 0.12.3.1 then
-        fails with KeyError 'extra_state')."""
+        last) as CHECKPOINTS/<name>/checkpoint_best.pt packed as models/ keeps them (fp16, tied embeddings
+        once, no optimizer moments, resumable: reference_models.pack_checkpoint)."""
         from scripts.reference_run import exported_checkpoint
 
         done = []
@@ -333,7 +333,7 @@ class Evidence:
             for m in self.read_models(source).values():
                 src = exported_checkpoint(m, self.work / "ref", self.data)
                 if src.exists():
-                    export_fp16(src, self.checkpoints / m["name"] / "checkpoint_best.pt")
+                    pack_checkpoint(src, self.checkpoints / m["name"] / "checkpoint_best.pt")
                     done.append({"step": "export", "model": m["name"], "from": src.name})
         self.report.add("export (fp16, no optimizer state)",
                         "\n".join(f"- {r['model']}: {r['from']}" for r in done) or "nothing trained", done)
@@ -457,19 +457,6 @@ class Evidence:
         self.step("export", "export", self.export)
         self.step("pack", "pack", self.pack)  # the weights before the BLEU table: they cannot be remade later
         self.step("test BLEU", "test_bleu", self.test_bleu)
-
-
-def export_fp16(src, dest):
-    """``src`` with fp16 weights and no optimizer state at ``dest`` (what decoding and the archives need)."""
-    import torch
-
-    state = torch.load(src, map_location="cpu", weights_only=False)
-    state["model"] = {k: v.half() if v.is_floating_point() else v for k, v in state["model"].items()}
-    state["last_optimizer_state"] = None
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(dest)
 
 
 def driver_version():
