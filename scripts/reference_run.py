@@ -544,6 +544,18 @@ def export(models, out, dest, data):
         print(f"exported {src}", flush=True)
 
 
+def portable_command(train, args):
+    """The fairseq-train command of ``train`` with this machine's folders as DATA, RUNS and fairseq_plugins."""
+    folders = {str(Path(args.data).resolve()): "DATA", str(Path(args.data)): "DATA", str(Path(args.out)): "RUNS",
+               str(PLUGIN_DIR): "fairseq_plugins"}
+    words = []
+    for word in ["fairseq-train"] + train[train.index("fairseq_cli.train") + 1:]:
+        for folder, name in sorted(folders.items(), key=lambda f: -len(f[0])):
+            word = word.replace(folder, name)
+        words.append(word)
+    return shlex.join(words)
+
+
 def offer(m, args):
     """Offer model ``m`` to ``--models-dir``: its converged checkpoint, else (a snapshot before a machine goes
     away) its newest one, with validation and test BLEU as its curve is decoded; packed if better than
@@ -570,7 +582,7 @@ def offer(m, args):
     train = train_command(m, args, gpu)
     entry = {"name": m["name"], "config": m["config"], "corpus": m["corpus"], "updates": updates, "converged": converged,
              "stopped": stopped, "beam": m["beam"] or args.curve_beam, "generate": f"{CURVE_GENERATE} {m['generate']}".strip(),
-             "command": shlex.join(["fairseq-train"] + train[train.index("fairseq_cli.train") + 1:]),
+             "command": portable_command(train, args),
              "valid_bleu": None, "test_bleu": None, "curve": curve if curve["points"] else None}
     store = ReferenceModels(args.models_dir)
     if not better(dict(entry, valid_bleu=float("inf")), store.entry(m["name"])):

@@ -174,6 +174,7 @@ def test_a_converged_model_is_packed_with_its_bleu_and_command(tmp_path, tiny_co
     entry = rm.ReferenceModels(models).entry("m")
     assert entry["updates"] == updates and entry["converged"]["updates"] == updates and "converged at" in entry["stopped"]
     assert entry["valid_bleu"] == 1.5 and isinstance(entry["test_bleu"], float) and entry["beam"] == 2
-    assert entry["command"].startswith("fairseq-train ") and "--max-update 5000" in entry["command"]
+    assert entry["command"].startswith("fairseq-train DATA/") and "--max-update 5000" in entry["command"]
+    assert str(tmp_path) not in entry["command"] and "--user-dir fairseq_plugins " in entry["command"]
     assert entry["evaluation_data"] == f"data/{tiny_corpus.name}" and (models / "data" / tiny_corpus.name / "bin").exists()
     assert rm.ReferenceModels(models).problems() == []
