@@ -1,6 +1,7 @@
 """Decoding algorithms of the plugin (docs/METHODS.md §2), picked by ``FastTranslationTask.build_generator``.
 
 ``multi_token_beam``  step-wise multi-word beam search for models trained in a generation order
+``beam_rows``   row bookkeeping of both beam searches (prefix reorder, finalised slots, the one host read)
 ``engine``      the draft-and-verify loop (one loop; drafters and acceptance rules plug in)
 ``verifier``    one incremental call of a stock fairseq transformer over k new tokens
 ``cache``       per-row KV-cache bookkeeping on fairseq's incremental state (cut back, drop rows)

@@ -23,7 +23,8 @@ What is lean: the encoder runs once per sentence (not once per beam: the beams o
 its keys/values, ``KVCache(group=beam)``); the self-attention keys/values sit in preallocated
 buffers reordered by beam with ``index_select`` (fairseq concatenates and reorders a dict per layer);
 the masks are written in place; the finalised hypotheses live on the device (one slot per hypothesis
-and a trash slot for masked writes); and a step reads the host once, for which sentences are done.
+and a trash slot for masked writes); and a step reads the host once, for which sentences are done
+and whether any hypothesis finalises (``beam_rows``: shared with the multi-token beam search).
 
 ``--no-repeat-ngram-size``: fairseq's CPU fallback of its n-gram blocker (``NGramRepeatBlock._no_repeat_ngram``)
 is handed the whole token buffer, whose last n-1 columns are padding, so without fairseq's CUDA
@@ -38,16 +39,14 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
+from fairseq_plugins.decoding.beam_rows import (INITIAL_CACHE_COLUMNS, finalising_slots, live_sentences, read_step,
+                                                 reorder_prefix, slot_rows)
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.multi_token_beam import ModelParts
 from fairseq_plugins.decoding.step import DecoderStep, UnsupportedDecoderError
 
 logger = logging.getLogger(__name__)
-
-# the first columns of the self-attention cache; it doubles when a hypothesis outgrows it
-# (preallocating max_len + 1 columns would cost more memory than fairseq's growing cache)
-INITIAL_CACHE_COLUMNS = 32
 
 
 # ---- strategies (as fairseq's search.py) ----
@@ -126,10 +125,7 @@ class FinalizedHypotheses:
         finite = cand_scores[:, :B].ne(-math.inf)
         if last:
             finite = finite | count.eq(0).unsqueeze(1)
-        eos_top = cand_indices[:, :B].eq(self.eos) & finite
-        slot = count.unsqueeze(1) + eos_top.long().cumsum(1) - 1
-        write = eos_top & slot.lt(B)
-        new_count = count + write.long().sum(1)
+        write, slot, new_count = finalising_slots(count, cand_indices[:, :B].eq(self.eos) & finite, B)
         return write, slot, new_count, new_count.ge(B)
 
     def write(self, state: BeamState, cand, write: Tensor, slot: Tensor, new_count: Tensor, step: int,
@@ -139,8 +135,7 @@ class FinalizedHypotheses:
         cand_scores, _, cand_beams = cand
         B = self.B
         rows = (cand_beams[:, :B] + state.offsets).view(-1)
-        base = state.sent.unsqueeze(1) * (B + 1)
-        target = (base + torch.where(write, slot, torch.full_like(slot, B))).view(-1)
+        target = slot_rows(state.sent, write, slot, B)
         eos_scores = cand_scores[:, :B].reshape(-1)
         tokens = state.tokens.index_select(0, rows)[:, 1 : step + 2]
         tokens[:, step] = self.eos
@@ -219,10 +214,10 @@ class LeanBeamSearch:
             cand = self.candidates.step(step, lprobs.view(state.n, B, -1),
                                         state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
             write, slot, new_count, done = finals.mark(state, cand[0], cand[1], last=step == max_len)
-            flags = torch.cat([done, write.any().view(1)]).tolist()  # the one host read of the step
-            if flags[-1]:
+            done_flags, wrote = read_step(done, write)  # the one host read of the step
+            if wrote:
                 finals.write(state, cand, write, slot, new_count, step, self._norm(step))
-            live = state.n - sum(flags[:-1])
+            live = state.n - sum(done_flags)
             if live == 0 or step == max_len:
                 break
             self._advance(cache, state, cand, done, live, step)
@@ -261,8 +256,8 @@ class LeanBeamSearch:
         cand_scores, cand_indices, cand_beams = cand
         B = self.beam_size
         cand_rows = cand_beams + state.offsets  # rows in the current numbering
-        if live < state.n:  # the live sentences in order, from the device's ``done`` (no copy from the host)
-            keep = torch.argsort(done.to(torch.uint8), stable=True)[:live]
+        if live < state.n:
+            keep = live_sentences(done, live)
             cand_scores, cand_indices, cand_rows = cand_scores[keep], cand_indices[keep], cand_rows[keep]
             state.sent = state.sent.index_select(0, keep)
             state.offsets = state.offsets[:live]
@@ -279,9 +274,8 @@ class LeanBeamSearch:
             cache.select_rows(rows)
             state.n = live
         else:
-            state.tokens[:, : step + 1] = state.tokens[:, : step + 1].index_select(0, rows)
-            if step > 0:
-                state.scores[:, :step] = state.scores[:, :step].index_select(0, rows)
+            reorder_prefix(state.tokens, rows, step + 1)
+            reorder_prefix(state.scores, rows, step)
             cache.reorder(rows)
         state.tokens[:, step + 1] = chosen
         state.scores[:, step] = active_scores

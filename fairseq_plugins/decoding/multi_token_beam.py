@@ -21,19 +21,23 @@ A step reads as named parts:
   the slots' log-probs in natural order, the final EOS entry holding the log-probs of the dropped
   slots of the last group, so that sum(positional_scores) is the unnormalised score.
 
-The loop keeps everything on the model's device and makes one host synchronisation per step, for
-every order and ablation: it decides which sentences are done (finished sentences leave the batch,
-as in fairseq).  The loop is ``range(max_steps)``: it ends at the length limit whatever the
-log-probs (NaN, -inf everywhere).  ``stats`` counts decoder calls.
+The loop is the lean beam search's (``lean_beam``), with its row bookkeeping (``beam_rows``): it keeps
+everything on the model's device in preallocated buffers (tokens, log-probs, the KV cache, which starts
+small and doubles) reordered in place by ``index_select``, and makes one host read per step, for every
+order and ablation: which sentences are done (finished sentences leave the batch, as in fairseq) and
+whether any hypothesis finalises (the finalised store is written only then).  The loop is
+``range(max_steps)``: it ends at the length limit whatever the log-probs (NaN, -inf everywhere).
+``stats`` counts decoder calls.
 """
 import math
 from typing import NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.beam_candidates import Candidates, candidate_selection
+from fairseq_plugins.decoding.beam_rows import (INITIAL_CACHE_COLUMNS, finalising_slots, live_sentences, read_step,
+                                                 reorder_prefix, slot_rows)
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.encoder import Encoder
 from fairseq_plugins.decoding.inference import inference_generate
@@ -57,11 +61,14 @@ class ModelStepper:
         src_tokens = net_input["src_tokens"]
         encoder_out = parts.encoder({"src_tokens": src_tokens, "src_lengths": net_input["src_lengths"]})
         self.step_fn = parts.step
-        # rows = sentence-major beams; the beams of a sentence share its encoder keys/values (one copy)
-        self.cache = self.step_fn.begin(encoder_out, capacity, group=beam)
         self.order = order
         self.z = order.z
+        # rows = sentence-major beams; the beams of a sentence share its encoder keys/values (one copy);
+        # the self-attention buffers start small and double (``KVCache.ensure_capacity``)
+        self.cache = self.step_fn.begin(encoder_out, min(capacity, -(-INITIAL_CACHE_COLUMNS // self.z) * self.z),
+                                        group=beam)
         self.device = src_tokens.device
+        self._slots = torch.arange(capacity + self.z, device=self.device)  # the positions of every step, once
         self._allowed, self._masked_steps = None, ()
         if order.vanilla_mask or order.independent_directions:
             self._build_masks(capacity)
@@ -92,7 +99,9 @@ class ModelStepper:
         """decoder_input: (rows, slots so far) -> log-probs (rows, z, V) of the last z slots, fp32."""
         past = self.cache.max_length
         tokens = decoder_input[:, -self.z:]
-        slots = torch.arange(past, past + self.z, device=tokens.device)
+        if past + self.z > self._slots.numel():  # only when the caller's capacity was too small
+            self._slots = torch.arange(2 * (past + self.z), device=self.device)
+        slots = self._slots[past:past + self.z]
         logits, _ = self.step_fn(self.cache, tokens, slots, causal=False, attn_mask=self._mask(past))
         self.cache.advance(self.z)
         return DecoderStep.log_probs(logits)
@@ -113,39 +122,59 @@ class Survivors(NamedTuple):
 
 
 class LiveBeam:
-    """The live hypotheses of the active sentences: B consecutive rows per sentence."""
+    """The live hypotheses of the active sentences: B consecutive rows per sentence, in buffers
+    preallocated for ``max_steps`` groups (``beam_rows``)."""
 
-    def __init__(self, bsz, beam_size, z, eos, device):
+    def __init__(self, bsz, beam_size, z, max_steps, eos, device):
         B = beam_size
         self.B, self.z = B, z
         self.sent = torch.arange(bsz, device=device)  # original sentence of every active sentence
         self.scores = torch.full((bsz, B), -math.inf, device=device)
         self.scores[:, 0] = 0.0  # one live hypothesis per sentence at the start (Alg. 1 line 1)
-        self.decoder_input = torch.full((bsz * B, z), eos, dtype=torch.long, device=device)  # z start symbols
-        self.hist_lp = torch.zeros(bsz * B, 0, device=device)
+        # z start symbols, then one group of z tokens per step; their log-probs
+        self.tokens = torch.full((bsz * B, (max_steps + 1) * z), eos, dtype=torch.long, device=device)
+        self.lp = torch.zeros(bsz * B, max_steps * z, device=device)
+        self.generated = 0  # host: slots generated so far (columns z.. of tokens, 0.. of lp)
         self.first_row = torch.arange(bsz, device=device)[:, None] * B  # (n, 1): row of each sentence's beam 0
 
     @property
     def sentences(self):
         return self.sent.size(0)
 
+    @property
+    def decoder_input(self):
+        """(rows, z start symbols + the slots so far): a view of the buffer."""
+        return self.tokens[:, :self.z + self.generated]
+
+    @property
+    def generation(self):
+        """(rows, slots so far): the generated tokens and their log-probs, views of the buffers."""
+        return self.tokens[:, self.z:self.z + self.generated], self.lp[:, :self.generated]
+
     def rows(self, beam):
         """Rows of the hypotheses ``beam`` (n, k), numbered within their sentences."""
         return (self.first_row + beam).view(-1)
 
-    def advance(self, stepper, survivors: Survivors, live: Tensor):
-        """Keep the sentences ``live`` (host-known size) and continue with their survivors."""
+    def advance(self, stepper, survivors: Survivors, live: Optional[Tensor]):
+        """Continue with the survivors; with ``live`` (finished sentences leave the batch), only those
+        of the sentences ``live``."""
         rows, tokens, lprobs, scores = survivors.rows, survivors.tokens, survivors.lprobs, survivors.scores
-        shrink = live.numel() < self.sentences
-        if shrink:  # finished sentences leave the batch
+        z, used = self.z, self.generated
+        shrink = live is not None
+        if shrink:
             keep = (live[:, None] * self.B + torch.arange(self.B, device=live.device)).view(-1)
             rows, tokens, lprobs, scores = rows[keep], tokens[keep], lprobs[keep], scores[live]
             self.sent = self.sent[live]
             self.first_row = self.first_row[:live.numel()]
+            self.tokens, self.lp = self.tokens.index_select(0, rows), self.lp.index_select(0, rows)
+        else:
+            reorder_prefix(self.tokens[:, z:], rows, used)
+            reorder_prefix(self.lp, rows, used)
         stepper.reorder(rows, shrink=shrink)
         self.scores = scores
-        self.decoder_input = torch.cat([self.decoder_input.index_select(0, rows), tokens], 1)
-        self.hist_lp = torch.cat([self.hist_lp.index_select(0, rows), lprobs], 1)
+        self.tokens[:, z + used:2 * z + used] = tokens
+        self.lp[:, used:used + z] = lprobs
+        self.generated = used + z
 
 
 class FinishedHypotheses:
@@ -159,27 +188,27 @@ class FinishedHypotheses:
         self.slots = torch.zeros(bsz * (B + 1), dtype=torch.long, device=device)
         self.count = torch.zeros(bsz, dtype=torch.long, device=device)  # per active sentence
 
-    def add(self, beam: LiveBeam, cand: Candidates, finished: Tensor, final_score: Tensor, step: int):
-        """Finalize the finished candidates ranked in the top B (``final_score``: length-penalised)."""
-        B, z, n = self.B, beam.z, beam.sentences
-        top = slice(0, B)
-        fin_now = finished[:, top] & torch.isfinite(cand.score[:, top])
-        slot = self.count[:, None] + fin_now.long().cumsum(1) - 1
-        write = fin_now & (slot < B)
-        target = (beam.sent[:, None] * (B + 1) + torch.where(write, slot, torch.full_like(slot, B))).view(-1)
-        rows = beam.rows(cand.beam[:, top])
-        room = (0, self.width - (step + 1) * z)
-        prev_tok = beam.decoder_input[:, z:].index_select(0, rows)
-        self.tokens.index_copy_(0, target, F.pad(torch.cat([prev_tok, cand.tokens[:, top].reshape(n * B, z)], 1),
-                                                 room, value=self.pad))
-        self.lp.index_copy_(0, target, F.pad(
-            torch.cat([beam.hist_lp.index_select(0, rows), cand.lprobs[:, top].reshape(n * B, z)], 1), room))
-        self.score.index_copy_(0, target, final_score.reshape(-1))
-        self.slots.index_copy_(0, target, torch.full_like(target, (step + 1) * z))
-        self.count = self.count + write.long().sum(1)
+    def mark(self, cand: Candidates, finished: Tensor):
+        """The finished candidates ranked in the top B that are finalized (a finite score, a free
+        slot).  -> (write, slot, new_count), for ``add`` and for which sentences are done."""
+        top = slice(0, self.B)
+        return finalising_slots(self.count, finished[:, top] & torch.isfinite(cand.score[:, top]), self.B)
 
-    def select(self, live: Tensor):
-        self.count = self.count[live]
+    def add(self, beam: LiveBeam, cand: Candidates, write: Tensor, slot: Tensor, final_score: Tensor, step: int):
+        """Finalize the ``mark``ed candidates (``final_score``: length-penalised); only the slots
+        generated so far are written (the rest of a slot is never read)."""
+        B, z, n = self.B, beam.z, beam.sentences
+        target = slot_rows(beam.sent, write, slot, B)
+        rows = beam.rows(cand.beam[:, :B])
+        width = (step + 1) * z
+        prev_tok, prev_lp = beam.generation
+        self.tokens[:, :width].index_copy_(0, target, torch.cat(
+            [prev_tok.index_select(0, rows), cand.tokens[:, :B].reshape(n * B, z)], 1))
+        self.lp[:, :width].index_copy_(0, target, torch.cat(
+            [prev_lp.index_select(0, rows), cand.lprobs[:, :B].reshape(n * B, z)], 1))
+        self.score.index_copy_(0, target, final_score.reshape(-1))
+        self.slots.index_fill_(0, target, width)
+
 
     def hypotheses(self, order, eos):
         """Host side, once per batch: restore natural order and build fairseq's hypothesis dicts.
@@ -272,24 +301,28 @@ class MultiTokenBeamSearch:
         hypotheses keep at most ``max_len`` natural tokens (+ EOS), as fairseq's."""
         B, z = self.beam_size, self.order.z
         max_steps = max_len // z + 1  # enough slots for any natural length <= max_len
-        beam = LiveBeam(bsz, B, z, self.eos, device)
+        beam = LiveBeam(bsz, B, z, max_steps, self.eos, device)
         finals = FinishedHypotheses(bsz, B, max_steps * z, self.pad, device)
+        slot_in_group = torch.arange(z, device=device)
         for step in range(max_steps):
             lprobs = stepper.step(beam.decoder_input)
             self.stats["model_calls"] += 1
             self.stats["steps"] += 1
-            lprobs = self._constrain(lprobs.view(beam.sentences, B, z, -1), step, max_steps, max_len)
+            lprobs = self._constrain(lprobs.view(beam.sentences, B, z, -1), step, max_steps, max_len, slot_in_group)
             cand = self.candidates.step(beam.scores, lprobs)
             finished = cand.tokens.eq(self.eos).any(-1)
-            finals.add(beam, cand, finished, self._final_score(cand, step), step)
+            write, slot, count = finals.mark(cand, finished)
             survivors = self._survivors(beam, cand, finished)
-            done = finals.count.ge(B) | ~torch.isfinite(survivors.scores).any(1)
-            live = (~done).nonzero().view(-1)  # the one host sync of the step
-            if live.numel() == 0:
+            done = count.ge(B) | ~torch.isfinite(survivors.scores).any(1)
+            done_flags, wrote = read_step(done, write)  # the one host read of the step
+            if wrote:
+                finals.add(beam, cand, write, slot, self._final_score(cand, step), step)
+            live = beam.sentences - sum(done_flags)
+            if live == 0:
                 break
-            if live.numel() < beam.sentences:
-                finals.select(live)
-            beam.advance(stepper, survivors, live)
+            keep = live_sentences(done, live) if live < beam.sentences else None
+            finals.count = count if keep is None else count.index_select(0, keep)
+            beam.advance(stepper, survivors, keep)
         return finals.hypotheses(self.order, self.eos)
 
     def _survivors(self, beam, cand, finished):
@@ -307,7 +340,7 @@ class MultiTokenBeamSearch:
         kept = step * self.order.z + self._kept_in_group(cand.tokens[:, :B])
         return cand.score[:, :B] / (kept + 1).float() ** self.lenpen
 
-    def _constrain(self, lprobs, step, max_steps, max_len):
+    def _constrain(self, lprobs, step, max_steps, max_len, slot):
         """fairseq's constraints (``constraints.GreedyConstraints``) on the step's log-probs
         ``(n, B, z, V)``, in place (the step's own fresh tensor; a copy cost ~2% of a beam-10 row).
 
@@ -319,10 +352,10 @@ class MultiTokenBeamSearch:
         (exact for one segment; for multi_segment an early end made up by later segments is still
         forbidden).  At the length limit (last step) at most ``room`` < z tokens may be kept,
         spread over the segments; the next slot of each segment becomes EOS, so every candidate of
-        the last step is finished, and the slots after it stay free (they are dropped)."""
+        the last step is finished, and the slots after it stay free (they are dropped).
+        ``slot``: 0..z-1, the slots of a group."""
         z, w, S = self.order.z, self.order.width, self.order.segments
         self.constraints.mask_invalid(lprobs)
-        slot = torch.arange(z, device=lprobs.device)
         if step * z < self.min_len:
             self.constraints.forbid_end(lprobs, step * z + slot < self.min_len)
         if step == max_steps - 1:
