@@ -11,6 +11,7 @@ import tarfile
 import pytest
 import torch
 
+from fairseq_plugins.evaluation.reference_models import ReferenceModels
 from fairseq_plugins.offline import bundle as bundle_mod
 from fairseq_plugins.offline import limits
 from tests.conftest import REPO, run
@@ -54,6 +55,17 @@ def offline_bundle(tiny_corpus, tmp_path_factory):
     return dest
 
 
+@pytest.fixture(scope="module")
+def shipped(offline_bundle, tiny_model, tmp_path_factory):
+    """A models/ folder as the repository ships one: a baseline (the tiny model) with its en-de set, no
+    typo verifier, so the speed part decodes the one and trains the other briefly."""
+    folder = tmp_path_factory.mktemp("models")
+    entry = {"name": "baseline", "config": "configs/models/baseline.args", "corpus": "en-de", "updates": 300,
+             "converged": None, "stopped": "a test's", "command": "fairseq-train", "valid_bleu": None, "test_bleu": None}
+    assert ReferenceModels(folder).offer(entry, tiny_model, offline_bundle / "data" / "en-de")
+    return folder
+
+
 def evidence(bundle, out, part, *extra, work):
     """scripts/gpu_evidence.sh as on the GPU machine, with the dry run's sizes."""
     return run(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), str(bundle), str(out), "--part", part,
@@ -80,12 +92,12 @@ def test_bundle_manifest(offline_bundle):
     assert (offline_bundle / "data" / "en-de" / "bin" / "train.en-de.en.bin").exists()
 
 
-def test_dry_run_both_parts(offline_bundle, tmp_path):
+def test_dry_run_both_parts(offline_bundle, shipped, tmp_path):
     """Both parts into one OUT, as the two commands of one visit may write: every step ran, on the
     bundle's fairseq, and OUT comes back whole."""
     out = tmp_path / "out"
     evidence(offline_bundle, out, "speed", "--bench-rows", "reference.json", "--bench-only", "IAD k=10 q=2 (", "Jacobi",
-             work=tmp_path / "speed")
+             "--models-dir", str(shipped), work=tmp_path / "speed")
     evidence(offline_bundle, out, "train", "--names", "baseline", "l2r_kd", "ibdecoder", work=tmp_path / "train")
     summary = (out / "summary.md").read_text()
     assert "## speed" in summary and "## train" in summary  # the second part kept the first's section
@@ -93,6 +105,7 @@ def test_dry_run_both_parts(offline_bundle, tmp_path):
     assert not [r for r in rows if r.get("status") in ("skipped", "failed")]
     env = [r for r in rows if r["step"] == "environment"]
     assert len(env) == 2 and all(r["device"] == "cpu" for r in env)
+    assert "iad_typo trained briefly first" in summary  # the shipped baseline decoded, the missing verifier trained
     assert "/fast-decoding-site." in summary  # fairseq came from the bundle's --target folder, not the venv's
     bench = [r for r in rows if r["step"] == "benchmark reference.json"]
     methods = {r["method"] for r in bench}
@@ -121,10 +134,10 @@ def test_dry_run_both_parts(offline_bundle, tmp_path):
     assert limits.output_problems(out) == []
 
 
-def test_deadline_skips_and_says_so(offline_bundle, tmp_path):
+def test_deadline_skips_and_says_so(offline_bundle, shipped, tmp_path):
     """A deadline that leaves no time: every step is skipped with its reason, and OUT still comes back."""
     out = tmp_path / "out"
-    evidence(offline_bundle, out, "speed", "--deadline", "1", work=tmp_path / "work")
+    evidence(offline_bundle, out, "speed", "--deadline", "1", "--models-dir", str(shipped), work=tmp_path / "work")
     rows = records(out)
     skipped = {r["step"] for r in rows if r.get("status") == "skipped"}
     assert {"environment", "bootstrap", "gpu_check", "benchmark reference.json fp32"} <= skipped, skipped

@@ -186,7 +186,8 @@ class Evidence:
     def reference_models(self):
         """CHECKPOINTS/<name>/checkpoint_best.pt for every model of models/ (<name>/checkpoint_best.pt or <name>.pt)."""
         found = {}
-        for p in sorted((REPO / "models").glob("*/checkpoint_best.pt")) + sorted((REPO / "models").glob("*.pt")):
+        models = Path(self.args.models_dir)
+        for p in sorted(models.glob("*/checkpoint_best.pt")) + sorted(models.glob("*.pt")):
             found[p.parent.name if p.name == "checkpoint_best.pt" else p.stem] = p
         for name, p in found.items():
             link = self.checkpoints / name / "checkpoint_best.pt"
@@ -250,12 +251,13 @@ class Evidence:
         return path
 
     def bootstrap(self):
-        """No reference baseline in models/: stage 1's models (configs/reference/convergence_gold.txt,
-        under the GPU recipe) trained side by side for half the time left (no curves), so that the
-        speed rows have models to decode."""
+        """Stage 1's models (configs/reference/convergence_gold.txt, under the GPU recipe) that models/
+        lacks, trained side by side for half the time left (no curves), so that the speed rows have
+        models to decode."""
         from scripts.reference_run import train_command
 
-        models = self.read_models(self.recipe_list(GOLD))
+        shipped = self.reference_models()
+        models = {n: m for n, m in self.read_models(self.recipe_list(GOLD)).items() if n not in shipped}
         minutes = 0.5 * self.deadline.left() / 60
         ns = argparse.Namespace(out=self.work / "ref", data=self.data, interval=self.args.max_update, seed=1,
                                 max_update=self.args.max_update, stop_minutes=minutes,
@@ -422,14 +424,18 @@ class Evidence:
         self.step("environment", "environment", self.environment)
         self.stage_data()
         found = self.reference_models()
-        if "baseline" not in found:
-            self.report.add("reference models", f"models/ holds {', '.join(found) or 'none'}: no baseline, so "
-                            "stage 1 is trained briefly first (the rows decode that model).")
+        missing = [n for n in self.read_models(GOLD) if n not in found]
+        self.report.add("reference models", f"from {self.args.models_dir}: {', '.join(found) or 'none'}" +
+                        (f"; {', '.join(missing)} trained briefly first (their rows decode those)" if missing else ""))
+        if missing:
             self.step("bootstrap", "bootstrap", self.bootstrap)
-        else:
-            if (REPO / "models" / "data" / "en-de" / "bin").is_dir():
-                self.measured = REPO / "models" / "data"  # the sets the reference models are measured on
-            self.report.add("reference models", f"from models/: {', '.join(found)}; corpora: {self.measured}")
+        self.measured = self.work / "measured"  # per corpus: the set the shipped models are measured on, else the bundle's
+        for corpus in sorted(p.name for p in self.data.iterdir() if p.is_dir()):
+            shipped = Path(self.args.models_dir) / "data" / corpus
+            link = self.measured / corpus
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to((shipped if (shipped / "bin").is_dir() else self.data / corpus).resolve())
         self.step("gpu_check", "gpu_check", self.gpu_check)
         if not self.cuda:
             self.report.add("fp16 rows", "skipped: --device cpu (fp16 is timed on the GPU only).")
@@ -485,6 +491,7 @@ def main(argv=None):
     ap.add_argument("--sentences", type=int, default=None, help="timed test sentences per row (cuda 32, cpu 8)")
     ap.add_argument("--check-sentences", type=int, default=None, help="test sentences of the self-check (cuda 200, cpu 4)")
     ap.add_argument("--runs", type=int, default=None, help="timed passes per benchmark row (cuda 2, cpu 1)")
+    ap.add_argument("--models-dir", default=str(REPO / "models"), help="the reference models (default: the repository's)")
     ap.add_argument("--names", nargs="*", help="train only these models of the lists (a dry run's subset)")
     ap.add_argument("--bench-only", nargs="*", help="benchmark only rows whose method contains one of these")
     ap.add_argument("--bench-rows", nargs="*", choices=BENCH_ROWS, help="these rows files only (default: all)")
