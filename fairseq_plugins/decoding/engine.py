@@ -160,8 +160,10 @@ class DraftVerifyGenerator:
         self.adaptive_block_size = adaptive_block_size
         self.policy = self._policy_for(drafter)
         # --drafter auto: its candidates take turns on the first batches, each with its own width policy
-        self.choice = getattr(drafter, "choice", None)
-        self.policies = {name: self._policy_for(d) for name, d in getattr(drafter, "candidates", {}).items()}
+        per_batch = drafter.per_batch_choice()
+        self.choice = per_batch.choice if per_batch is not None else None
+        self.candidates = per_batch.candidates if per_batch is not None else {}
+        self.policies = {name: self._policy_for(d) for name, d in self.candidates.items()}
         self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
         # None: by the device (iteration_cost.host_reads_free); False: read nothing but the one synchronisation
         # per iteration, as on a GPU (tests check that path on a CPU)
@@ -235,7 +237,7 @@ class DraftVerifyGenerator:
         name = self.choice.next(src_len)  # --drafter auto: this batch's candidate, timed as a whole
         clock = device_clock(src_tokens.device)
         start = clock()
-        finalized = self._generate(net_input, src_lengths, max_len, self.drafter.candidates[name], self.policies[name])
+        finalized = self._generate(net_input, src_lengths, max_len, self.candidates[name], self.policies[name])
         self.choice.record(name, clock() - start, sum(len(h[0]["tokens"]) for h in finalized))
         choosing = "choosing" if self.choice.last is None else f"{self.choice.last}, trying again on longer sources"
         self.stats["drafter"] = f"auto ({self.choice.chosen or choosing})"
