@@ -30,7 +30,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
 from fairseq_plugins.decoding.projection import Product, StackedQKV
-from fairseq_plugins.decoding.step import _ln, _norm
+from fairseq_plugins.decoding.step import apply_layer_norm, layer_norm_params
 
 _FAIRSEQ_PASS = ("forward", "forward_scriptable", "forward_embedding", "forward_torchscript")
 
@@ -80,7 +80,7 @@ class _EncoderLayer:
     def refresh(self):
         for p in (self.qkv, self.out, self.fc1, self.fc2):
             p.refresh()
-        self.sa_ln, self.ffn_ln = _norm(self.layer.self_attn_layer_norm), _norm(self.layer.final_layer_norm)
+        self.sa_ln, self.ffn_ln = layer_norm_params(self.layer.self_attn_layer_norm), layer_norm_params(self.layer.final_layer_norm)
 
 
 class EncoderPass:
@@ -110,18 +110,18 @@ class EncoderPass:
         for lw in self.layers:
             residual = x
             if lw.pre:
-                x = _ln(x, lw.sa_ln)
+                x = apply_layer_norm(x, lw.sa_ln)
             q, k, v = lw.qkv(x).view(B, S, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, S, dh) each
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
             x = residual + lw.out(a.transpose(1, 2).reshape(B, S, H * dh))
             if not lw.pre:
-                x = _ln(x, lw.sa_ln)
+                x = apply_layer_norm(x, lw.sa_ln)
             residual = x
             if lw.pre:
-                x = _ln(x, lw.ffn_ln)
+                x = apply_layer_norm(x, lw.ffn_ln)
             x = residual + lw.fc2(lw.act(lw.fc1(x)))
             if not lw.pre:
-                x = _ln(x, lw.ffn_ln)
+                x = apply_layer_norm(x, lw.ffn_ln)
         if enc.layer_norm is not None:
             x = enc.layer_norm(x)
         src_lengths = src_tokens.ne(enc.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()

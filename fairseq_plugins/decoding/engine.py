@@ -37,7 +37,7 @@ appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed;
 (draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
@@ -100,6 +100,10 @@ class Run:
     host_reads: bool = False  # the host reads the batch's tensors for one operation (iteration_cost.host_reads_free)
     draft_accepted: int = 0   # draft tokens appended (stats, counted on the host from the synchronisation)
     draft_tokens: int = 0     # draft tokens proposed
+    proposes_after_sync: bool = field(init=False)  # the drafter is asked after the sync, given the host's ``longest``
+
+    def __post_init__(self):
+        self.proposes_after_sync = self.drafter.proposes_after_sync  # the one read of the drafter's trait
 
 
 @dataclass
@@ -160,8 +164,10 @@ class DraftVerifyGenerator:
         self.adaptive_block_size = adaptive_block_size
         self.policy = self._policy_for(drafter)
         # --drafter auto: its candidates take turns on the first batches, each with its own width policy
-        self.choice = getattr(drafter, "choice", None)
-        self.policies = {name: self._policy_for(d) for name, d in getattr(drafter, "candidates", {}).items()}
+        per_batch = drafter.per_batch_choice()
+        self.choice = per_batch.choice if per_batch is not None else None
+        self.candidates = per_batch.candidates if per_batch is not None else {}
+        self.policies = {name: self._policy_for(d) for name, d in self.candidates.items()}
         self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
         # None: by the device (iteration_cost.host_reads_free); False: read nothing but the one synchronisation
         # per iteration, as on a GPU (tests check that path on a CPU)
@@ -235,7 +241,7 @@ class DraftVerifyGenerator:
         name = self.choice.next(src_len)  # --drafter auto: this batch's candidate, timed as a whole
         clock = device_clock(src_tokens.device)
         start = clock()
-        finalized = self._generate(net_input, src_lengths, max_len, self.drafter.candidates[name], self.policies[name])
+        finalized = self._generate(net_input, src_lengths, max_len, self.candidates[name], self.policies[name])
         self.choice.record(name, clock() - start, sum(len(h[0]["tokens"]) for h in finalized))
         choosing = "choosing" if self.choice.last is None else f"{self.choice.last}, trying again on longer sources"
         self.stats["drafter"] = f"auto ({self.choice.chosen or choosing})"
@@ -269,7 +275,7 @@ class DraftVerifyGenerator:
             count, ended = self._append(run, rows, verdict)
             self._observe(run, rows, verdict, count, n_before)
             sent, proposed = self._count_drafts(run, verdict)
-            if not drafter.proposes_after_sync:
+            if not run.proposes_after_sync:
                 rows.draft = self._propose(run, rows)  # the next draft, before the sync: its width rides along
             synced = self._sync(run, rows, verdict, ended, sent, proposed)
             self._learn(run, rows, synced)
@@ -305,7 +311,7 @@ class DraftVerifyGenerator:
         policy.begin(bsz, kmax, device_clock(device))
         run = Run(drafter, acceptance, policy, cache, max_len, torch.arange(width + 1, device=device), [None] * bsz,
                   count_stats, propose=policy.expects_draft(), host_reads=reads)
-        if drafter.proposes_after_sync:
+        if run.proposes_after_sync:
             rows.draft = self._sized_draft(run, rows)
         else:
             # a prior that does not pay: the first call is a plain step, its draft not even asked for
@@ -434,7 +440,7 @@ class DraftVerifyGenerator:
             return Draft.none(rows.n_gen, asked=False)
         if not run.drafting:  # asked, but a drafter that stopped has nothing to offer (the policy learns so)
             return Draft.none(rows.n_gen)
-        longest = max(rows.lengths) if run.drafter.proposes_after_sync else None  # host lengths are fresh then
+        longest = max(rows.lengths) if run.proposes_after_sync else None  # host lengths are fresh then
         run.policy.asked()
         return run.drafter.propose(rows.out, rows.n_gen, longest=longest)
 
@@ -502,7 +508,7 @@ class DraftVerifyGenerator:
         """The next call's draft, trimmed to the policy's width (a drafter that proposes after the
         sync is asked now, once the width is known); the policy decides whether the call after it
         is asked for a draft."""
-        if run.drafter.proposes_after_sync:
+        if run.proposes_after_sync:
             rows.draft = self._sized_draft(run, rows)
         else:
             known = rows.draft.width if rows.draft.width is not None else synced.next_width

@@ -38,7 +38,7 @@ class UnsupportedDecoderError(ValueError):
     """The decoder uses a feature the lean step does not implement; the message says which."""
 
 
-class _LayerWeights:
+class DecoderLayerWeights:
     """One decoder layer's parameters as plain references (no nn.Module attribute lookups per call):
     its linear maps as ``projection.Product``s (on a CPU the kernel timed faster per row count), the
     self-attention's q/k/v projections stacked into one matrix, so that a call makes one GEMM
@@ -71,21 +71,21 @@ class _LayerWeights:
         layer = self.layer
         for p in self.products:
             p.refresh()
-        self.sa_ln = _norm(layer.self_attn_layer_norm)
+        self.sa_ln = layer_norm_params(layer.self_attn_layer_norm)
         if self.has_ea:
-            self.ea_ln = _norm(layer.encoder_attn_layer_norm)
-        self.ffn_ln = _norm(layer.final_layer_norm)
+            self.ea_ln = layer_norm_params(layer.encoder_attn_layer_norm)
+        self.ffn_ln = layer_norm_params(layer.final_layer_norm)
 
 
 def _product(linear) -> Product:
     return Product(lambda: linear.weight, lambda: linear.bias)
 
 
-def _norm(ln):
+def layer_norm_params(ln):
     return ln.normalized_shape, ln.weight, ln.bias, ln.eps
 
 
-def _ln(x: Tensor, norm) -> Tensor:
+def apply_layer_norm(x: Tensor, norm) -> Tensor:
     return F.layer_norm(x, norm[0], norm[1], norm[2], norm[3])
 
 
@@ -101,7 +101,7 @@ class DecoderStep:
             raise UnsupportedDecoderError(
                 f"the lean decoder step runs fairseq transformer decoders; got {type(decoder).__name__}")
         self.decoder = decoder
-        self.layers = [_LayerWeights(layer) for layer in decoder.layers]
+        self.layers = [DecoderLayerWeights(layer) for layer in decoder.layers]
         attn = decoder.layers[0].self_attn
         self.heads, self.head_dim = attn.num_heads, attn.head_dim
         self.embed_dim = attn.embed_dim
@@ -257,7 +257,7 @@ class DecoderStep:
     def output_layer(self, x: Tensor) -> Tensor:
         return self.vocab_projection(x)
 
-    def _layer(self, i: int, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
+    def _layer(self, i: int, e: int, lw: DecoderLayerWeights, x: Tensor, ctx) -> Tensor:
         """fairseq's TransformerDecoderLayerBase.forward in inference mode (``e``: encoder-attention index)."""
         x = self._self_attention(i, lw, x, ctx)
         enc_side = ctx[3]
@@ -265,10 +265,10 @@ class DecoderStep:
             x = self._encoder_attention(e, lw, x, ctx)
         return self._feed_forward(lw, x)
 
-    def _self_attention(self, i: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
+    def _self_attention(self, i: int, lw: DecoderLayerWeights, x: Tensor, ctx) -> Tensor:
         cache, mask, scatter, _, B, m = ctx
         residual = x
-        h = _ln(x, lw.sa_ln) if lw.pre else x
+        h = apply_layer_norm(x, lw.sa_ln) if lw.pre else x
         q, k, v = lw.qkv(h).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if cache is not None:  # write the new keys/values at each row's length, attend to the used columns
             kb, vb = cache.k[i], cache.v[i]
@@ -282,24 +282,24 @@ class DecoderStep:
             k, v = kb[:, :, : past + m], vb[:, :, : past + m]
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, m, -1)
         x = residual + lw.sa_o(a)
-        return x if lw.pre else _ln(x, lw.sa_ln)
+        return x if lw.pre else apply_layer_norm(x, lw.sa_ln)
 
-    def _encoder_attention(self, e: int, lw: _LayerWeights, x: Tensor, ctx) -> Tensor:
+    def _encoder_attention(self, e: int, lw: DecoderLayerWeights, x: Tensor, ctx) -> Tensor:
         _, _, _, enc_side, B, m = ctx
         residual = x
-        h = _ln(x, lw.ea_ln) if lw.pre else x
+        h = apply_layer_norm(x, lw.ea_ln) if lw.pre else x
         H, dh, g = self.heads, self.head_dim, enc_side.group
         # (B, m, H, dh) -> per source: (B / g, H, g * m, dh); the g rows of a source attend to its keys at once
         q = lw.ea_q(h).view(B // g, g * m, H, dh).transpose(1, 2)
         a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_side.enc_mask)
         x = residual + lw.ea_o(a.transpose(1, 2).reshape(B, m, -1))
-        return x if lw.pre else _ln(x, lw.ea_ln)
+        return x if lw.pre else apply_layer_norm(x, lw.ea_ln)
 
-    def _feed_forward(self, lw: _LayerWeights, x: Tensor) -> Tensor:
+    def _feed_forward(self, lw: DecoderLayerWeights, x: Tensor) -> Tensor:
         residual = x
-        h = _ln(x, lw.ffn_ln) if lw.pre else x
+        h = apply_layer_norm(x, lw.ffn_ln) if lw.pre else x
         x = residual + lw.fc2(lw.act(lw.fc1(h)))
-        return x if lw.pre else _ln(x, lw.ffn_ln)
+        return x if lw.pre else apply_layer_norm(x, lw.ffn_ln)
 
     @staticmethod
     def log_probs(logits: Tensor) -> Tensor:

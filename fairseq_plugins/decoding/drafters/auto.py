@@ -34,7 +34,7 @@ import copy
 import logging
 from typing import Dict, List, Optional
 
-from fairseq_plugins.decoding.drafters.base import DRAFTERS, Drafter, DrafterNotAvailableError
+from fairseq_plugins.decoding.drafters.base import DRAFTERS, Drafter, DrafterNotAvailableError, PerBatchChoice
 
 logger = logging.getLogger(__name__)
 
@@ -173,3 +173,6 @@ class AutoDrafter(Drafter):
 
     def max_draft(self, max_len):
         return max(d.max_draft(max_len) for d in self.candidates.values())
+
+    def per_batch_choice(self) -> PerBatchChoice:
+        return PerBatchChoice(self.candidates, self.choice)

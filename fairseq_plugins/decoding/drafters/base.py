@@ -28,7 +28,7 @@ input is as wide as the longest prefix, a host number the engine knows only afte
 by :func:`check_block_size`.
 """
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from torch import Tensor
 
@@ -36,6 +36,9 @@ from fairseq_plugins.decoding.width_policy import draft_lengths
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
+
+if TYPE_CHECKING:
+    from fairseq_plugins.decoding.drafters.auto import DrafterChoice
 
 DEFAULT_BLOCK_SIZE = 5
 
@@ -144,6 +147,15 @@ class StepResult:
         return self.n_after if self.n_after is not None else self.n_before + self.count
 
 
+@dataclass
+class PerBatchChoice:
+    """A drafter that hands each batch to one of its ``candidates`` (``--drafter auto``): the engine asks
+    ``choice.next(src_len)`` for the name, decodes with that candidate and reports the time to ``choice.record``."""
+
+    candidates: Dict[str, "Drafter"]
+    choice: "DrafterChoice"
+
+
 class Drafter:
     name = "base"  # set by ``@DRAFTERS.register`` to the drafter's ``--drafter`` name (a class of several: per instance)
     # where ctx.target_length comes from: None (not needed), "max" (fairseq's maximum length) or "greedy_oracle"
@@ -181,6 +193,10 @@ class Drafter:
 
     def max_draft(self, max_len: int) -> int:
         raise NotImplementedError
+
+    def per_batch_choice(self) -> Optional[PerBatchChoice]:
+        """None: this drafter decodes every batch; else the candidates it picks from (asked once, by the engine)."""
+        return None
 
 
 class BlockDrafter(Drafter):

@@ -44,7 +44,7 @@ from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.drafters.base import Draft
 from fairseq_plugins.decoding.drafters.nar import NARDrafter, NARDrafterError
 from fairseq_plugins.decoding.projection import VocabProjection
-from fairseq_plugins.decoding.step import DecoderStep, _LayerWeights, _ln
+from fairseq_plugins.decoding.step import DecoderLayerWeights, DecoderStep, apply_layer_norm
 from fairseq_plugins.models.shallow_drafter import fingerprint_matches
 
 
@@ -81,9 +81,9 @@ class MaskSlotStep(DecoderStep):
             x = dec.project_out_dim(x)
         return x
 
-    def _mask_slot_attention(self, i: int, lw: _LayerWeights, x: Tensor, cache: KVCache, fresh: int) -> Tensor:
+    def _mask_slot_attention(self, i: int, lw: DecoderLayerWeights, x: Tensor, cache: KVCache, fresh: int) -> Tensor:
         B, m, _ = x.shape
-        h = _ln(x, lw.sa_ln) if lw.pre else x
+        h = apply_layer_norm(x, lw.sa_ln) if lw.pre else x
         q, k, v = lw.qkv(h).view(B, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         past = cache.max_length
         kb, vb = cache.k[i], cache.v[i]
@@ -91,7 +91,7 @@ class MaskSlotStep(DecoderStep):
         vb[:, :, past : past + m] = v
         a = F.scaled_dot_product_attention(q[:, :, fresh:], kb[:, :, : past + m], vb[:, :, : past + m])
         x = x[:, fresh:] + lw.sa_o(a.transpose(1, 2).reshape(B, m - fresh, -1))
-        return x if lw.pre else _ln(x, lw.sa_ln)
+        return x if lw.pre else apply_layer_norm(x, lw.sa_ln)
 
 
 class ShallowDrafter(NARDrafter):
