@@ -11,7 +11,7 @@ import tarfile
 import pytest
 import torch
 
-from fairseq_plugins.evaluation.reference_models import ReferenceModels
+from fairseq_plugins.evaluation.reference_models import ReferenceModels, file_sha256
 from fairseq_plugins.offline import bundle as bundle_mod
 from fairseq_plugins.offline import limits
 from tests.conftest import REPO, run
@@ -83,7 +83,7 @@ def test_bundle_manifest(offline_bundle):
     assert (offline_bundle / "requirements.txt").read_text().split() == manifest["requirements"]
     for rel, entry in manifest["files"].items():  # every file listed with its true size and hash
         assert (offline_bundle / rel).stat().st_size == entry["bytes"]
-        assert bundle_mod.sha256(offline_bundle / rel) == entry["sha256"]
+        assert file_sha256(offline_bundle / rel) == entry["sha256"]
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     assert any(f"fairseq_fixed-0.12.3.1-{tag}" in rel for rel in manifest["files"])
     assert manifest["corpora"]["en-de"] == {"from": manifest["corpora"]["en-de"]["from"]}

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fairseq_plugins.evaluation.reference_models import file_sha256
 from fairseq_plugins.offline import limits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,14 +53,6 @@ class BundleError(RuntimeError):
 
 def cache_root():
     return Path(os.environ.get("FAST_DECODING_BUNDLE_CACHE", Path.home() / ".cache" / "fast-decoding-bundle"))
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def pip(python, *args):
@@ -125,7 +118,7 @@ def build_python(python, tag):
 def fairseq_wheel(python, tag, dest):
     """fairseq-fixed built for ``python`` (cached by the sdist's and the setup file's hashes)."""
     sdist = fairseq_sdist()
-    key = hashlib.sha256((sha256(sdist) + sha256(WHEEL_SETUP)).encode()).hexdigest()[:12]
+    key = hashlib.sha256((file_sha256(sdist) + file_sha256(WHEEL_SETUP)).encode()).hexdigest()[:12]
     built = cache_root() / f"fairseq-{tag}-{key}"
     if not list(built.glob("*.whl")):
         with tempfile.TemporaryDirectory() as tmp:
@@ -225,7 +218,7 @@ def check_size(dest):
 
 
 def manifest(dest, reqs, tags, corpora):
-    files = {str(p.relative_to(dest)): {"bytes": p.stat().st_size, "sha256": sha256(p)}
+    files = {str(p.relative_to(dest)): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
              for p in sorted(dest.rglob("*")) if p.is_file() and p.name != "MANIFEST.json"}
     return {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "requirements": reqs,
             "python_tags": tags, "corpora": corpora, "reference_models": reference_models(), "files": files}
