@@ -9,7 +9,7 @@
 * A step reads the host once (:func:`read_step`): which sentences are done, and whether any
   hypothesis finalises (the write is skipped when none does).
 """
-from typing import List, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor
@@ -39,10 +39,13 @@ def slot_rows(sent: Tensor, write: Tensor, slot: Tensor, beam: int) -> Tensor:
     return (sent.unsqueeze(1) * (beam + 1) + torch.where(write, slot, torch.full_like(slot, beam))).view(-1)
 
 
-def read_step(done: Tensor, write: Tensor) -> Tuple[List[bool], bool]:
-    """The one host read of a beam step: which live sentences are done, and whether any finalises."""
-    flags = torch.cat([done, write.any().view(1)]).tolist()
-    return flags[:-1], bool(flags[-1])
+def read_step(done: Tensor, *conditions: Tensor) -> Tuple:
+    """The one host read of a beam step: which live sentences are done, and for each of
+    ``conditions`` (e.g. which hypotheses finalise) whether any element holds.
+    -> ``(done flags, any of the first condition, ...)``."""
+    flags = torch.cat([done] + [c.any().view(1) for c in conditions]).tolist()
+    n = done.numel()
+    return (flags[:n],) + tuple(bool(f) for f in flags[n:])
 
 
 def live_sentences(done: Tensor, live: int) -> Tensor:

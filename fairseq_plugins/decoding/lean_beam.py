@@ -115,25 +115,25 @@ class FinalizedHypotheses:
         self.length = torch.zeros(bsz * (B + 1), dtype=torch.long, device=device)
         self.count = torch.zeros(bsz, dtype=torch.long, device=device)  # by batch position
 
-    def mark(self, state: BeamState, cand_scores: Tensor, cand_indices: Tensor, last: bool):
-        """Which top-``beam`` candidates finalise (fairseq's ``eos_mask[:, :beam]``, capped at ``beam``
-        per sentence), their slots, and which sentences are then done.  At the ``last`` step a sentence
-        with no finalised hypothesis (-inf everywhere: NaN log-probs) takes its -inf ones, where
-        fairseq's loop fails its ``step < max_len`` assertion."""
+    def mark(self, state: BeamState, cand_scores: Tensor, cand_indices: Tensor, eos_mask: Tensor, last: bool):
+        """Which top-``beam`` candidates finalise (fairseq's ``eos_mask[:, :beam]``: ``ending``, the
+        finite EOS candidates of ``eos_mask``), and which sentences are then done (``beam`` finalised: fairseq's cap).
+        At the ``last`` step a sentence with no finalised hypothesis (-inf everywhere: NaN log-probs)
+        takes its -inf ones, where fairseq's loop fails its ``step < max_len`` assertion.
+        -> ``(ending, count, done)``; the slots are worked out by :meth:`write`, only when one finalises."""
         B = self.B
         count = self.count.index_select(0, state.sent)
-        finite = cand_scores[:, :B].ne(-math.inf)
+        ending = eos_mask[:, :B]
         if last:
-            finite = finite | count.eq(0).unsqueeze(1)
-        write, slot, new_count = finalising_slots(count, cand_indices[:, :B].eq(self.eos) & finite, B)
-        return write, slot, new_count, new_count.ge(B)
+            ending = cand_indices[:, :B].eq(self.eos) & (cand_scores[:, :B].ne(-math.inf) | count.eq(0).unsqueeze(1))
+        return ending, count, (count + ending.sum(1)).ge(B)  # a live sentence has fewer than B: one slot at least
 
-    def write(self, state: BeamState, cand, write: Tensor, slot: Tensor, new_count: Tensor, step: int,
-              norm: Optional[float]):
+    def write(self, state: BeamState, cand, ending: Tensor, count: Tensor, step: int, norm: Optional[float]):
         """fairseq's ``finalize_hypos`` for the marked candidates: tokens with EOS last, positional
         scores, the (length-normalised) score."""
         cand_scores, _, cand_beams = cand
         B = self.B
+        write, slot, new_count = finalising_slots(count, ending, B)
         rows = (cand_beams[:, :B] + state.offsets).view(-1)
         target = slot_rows(state.sent, write, slot, B)
         eos_scores = cand_scores[:, :B].reshape(-1)
@@ -213,14 +213,15 @@ class LeanBeamSearch:
             lprobs = self._log_probs(cache, state, slots, step, max_len)
             cand = self.candidates.step(step, lprobs.view(state.n, B, -1),
                                         state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
-            write, slot, new_count, done = finals.mark(state, cand[0], cand[1], last=step == max_len)
-            done_flags, wrote = read_step(done, write)  # the one host read of the step
+            eos = cand[1].eq(self.eos) & cand[0].ne(-math.inf)  # fairseq's eos_mask, over all 2*beam candidates
+            ending, count, done = finals.mark(state, cand[0], cand[1], eos, last=step == max_len)
+            done_flags, wrote, any_eos = read_step(done, ending, eos)  # the one host read of the step
             if wrote:
-                finals.write(state, cand, write, slot, new_count, step, self._norm(step))
+                finals.write(state, cand, ending, count, step, self._norm(step))
             live = state.n - sum(done_flags)
             if live == 0 or step == max_len:
                 break
-            self._advance(cache, state, cand, done, live, step)
+            self._advance(cache, state, cand, eos if any_eos else None, done, live, step)
         return finals.hypotheses()
 
     # ---- the steps ----
@@ -249,25 +250,28 @@ class LeanBeamSearch:
     def _norm(self, step: int) -> Optional[float]:
         return (step + 1) ** self.len_penalty if self.normalize_scores else None
 
-    def _advance(self, cache, state: BeamState, cand, done: Tensor, live: int, step: int):
-        """The first ``beam`` candidates that do not finalise continue (fairseq's ``active_hypos``);
-        ``done`` sentences leave the batch (``live``: how many stay, host); tokens, scores and the cache
-        follow the chosen rows."""
+    def _advance(self, cache, state: BeamState, cand, eos_mask: Optional[Tensor], done: Tensor, live: int, step: int):
+        """The first ``beam`` candidates that do not finalise continue (fairseq's ``active_hypos``:
+        the first ``beam`` when no candidate is EOS, ``eos_mask`` None); ``done`` sentences leave the
+        batch (``live``: how many stay, host); tokens, scores and the cache follow the chosen rows."""
         cand_scores, cand_indices, cand_beams = cand
         B = self.beam_size
         cand_rows = cand_beams + state.offsets  # rows in the current numbering
         if live < state.n:
             keep = live_sentences(done, live)
             cand_scores, cand_indices, cand_rows = cand_scores[keep], cand_indices[keep], cand_rows[keep]
+            eos_mask = None if eos_mask is None else eos_mask[keep]
             state.sent = state.sent.index_select(0, keep)
             state.offsets = state.offsets[:live]
-        eos_mask = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
-        K = eos_mask.size(1)
-        active_mask = eos_mask.long() * K + state.cand_offsets[:K]
-        active_hypos = torch.topk(active_mask, k=B, dim=1, largest=False)[1]
-        rows = torch.gather(cand_rows, 1, active_hypos).view(-1)
-        chosen = torch.gather(cand_indices, 1, active_hypos).view(-1)
-        active_scores = torch.gather(cand_scores, 1, active_hypos).view(-1)
+        if eos_mask is None:  # fairseq's topk of the candidate ranks picks the first beam: the same, without it
+            rows, chosen, active_scores = (t[:, :B].reshape(-1) for t in (cand_rows, cand_indices, cand_scores))
+        else:
+            K = eos_mask.size(1)
+            active_mask = eos_mask.long() * K + state.cand_offsets[:K]
+            active_hypos = torch.topk(active_mask, k=B, dim=1, largest=False)[1]
+            rows = torch.gather(cand_rows, 1, active_hypos).view(-1)
+            chosen = torch.gather(cand_indices, 1, active_hypos).view(-1)
+            active_scores = torch.gather(cand_scores, 1, active_hypos).view(-1)
         if live < state.n:
             state.tokens = state.tokens.index_select(0, rows)
             state.scores = state.scores.index_select(0, rows)
