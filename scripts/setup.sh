@@ -53,7 +53,7 @@ ok = public == version and (local == variant if variant != "cpu" else torch.vers
 sys.exit(0 if ok else 1)
 EOF
 }
-if python -c 'import fairseq, torch, sentencepiece, sacrebleu, ctranslate2, matplotlib, subword_nmt, sacremoses, fugashi, unidic_lite, MeCab, pytest, hypothesis, tqdm, tabulate' 2>/dev/null \
+if python -c 'import fairseq, torch, sentencepiece, sacrebleu, ctranslate2, matplotlib, subword_nmt, sacremoses, fugashi, unidic_lite, MeCab, pytest, xdist, hypothesis, tqdm, tabulate' 2>/dev/null \
    && have_torch; then
   echo "[setup] .venv is ready (torch $TORCH_VERSION, $variant)"; exit 0
 fi
@@ -87,7 +87,7 @@ python -m pip install -q numpy cython
 env -u CUDA_HOME python -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1
 # data pipelines: Moses tokenisation (sacremoses), Japanese segmentation (fugashi + UniDic-lite),
 # sacreBLEU's ja-mecab tokenizer (mecab-python3 + ipadic: the sacrebleu[ja] extra)
-python -m pip install -q sentencepiece subword-nmt "sacrebleu[ja]>=2.0" sacremoses fugashi unidic-lite matplotlib ctranslate2 pytest hypothesis tqdm tabulate
+python -m pip install -q sentencepiece subword-nmt "sacrebleu[ja]>=2.0" sacremoses fugashi unidic-lite matplotlib ctranslate2 pytest pytest-xdist hypothesis tqdm tabulate
 python -c 'import fairseq_plugins' 2>/dev/null || true
 if [ "$variant" != cpu ]; then
   # a build without kernels for this GPU imports fine and fails at the first CUDA call: check now

@@ -4,6 +4,7 @@ tiny transformer, built once per test session (about a minute and a half on 2 co
 Tests that need a *trained* model (lossless-vs-greedy checks want varied, non-degenerate outputs)
 use ``tiny_model``; tests of shapes and formulas build random models in-process instead.
 """
+import fcntl
 import hashlib
 import os
 import shutil
@@ -61,14 +62,19 @@ def cached(name, key_parts, build):
         h.update((REPO / builder).read_bytes())
     root = Path(os.environ.get("FAST_DECODING_TEST_CACHE", Path.home() / ".cache" / "fast-decoding-tests"))
     folder = root / f"{name}-{h.hexdigest()[:12]}"
-    if not (folder / "DONE").exists():
-        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        build(tmp)
-        (tmp / "DONE").write_text("ok\n")
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
+    if (folder / "DONE").exists():
+        return folder
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{folder.name}.lock", "w") as lock:  # pytest-xdist workers: one builds, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "DONE").exists():
+            tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            build(tmp)
+            (tmp / "DONE").write_text("ok\n")
+            shutil.rmtree(folder, ignore_errors=True)
+            tmp.rename(folder)
     return folder
 
 
