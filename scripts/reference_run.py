@@ -50,9 +50,9 @@ import sys
 import time
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import AtomicBinary, AtomicWriter
+from fairseq_plugins.corpora.files import AtomicWriter
 from fairseq_plugins.evaluation import learning_curve, train_log
-from fairseq_plugins.evaluation.reference_models import EXTRA_STATE_KEPT, ReferenceModels, better, evaluation_corpus
+from fairseq_plugins.evaluation.reference_models import ReferenceModels, better, evaluation_corpus, strip_checkpoint
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -529,18 +529,11 @@ def exported_checkpoint(m, out, data):
 def export(models, out, dest, data):
     """Every model's exported checkpoint (:func:`exported_checkpoint`) without optimizer state (what
     decoding needs), as ``dest/<name>/checkpoint_best.pt``."""
-    import torch
-
     for m in models:
         src = exported_checkpoint(m, out, data)
         if not src.exists():
             continue
-        state = torch.load(src, map_location="cpu", weights_only=False)
-        state["last_optimizer_state"] = None
-        # fairseq's loader reads extra_state["train_iterator"] (KeyError without it): keep what it reads
-        state["extra_state"] = {k: v for k, v in (state.get("extra_state") or {}).items() if k in EXTRA_STATE_KEPT}
-        with AtomicBinary(Path(dest) / m["name"] / "checkpoint_best.pt") as f:
-            torch.save(state, f)
+        strip_checkpoint(src, Path(dest) / m["name"] / "checkpoint_best.pt")
         print(f"exported {src}", flush=True)
 
 

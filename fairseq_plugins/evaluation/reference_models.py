@@ -75,20 +75,28 @@ def _half(state_dict):
     return state_dict
 
 
-def pack_checkpoint(src, dest):
-    """Write ``src`` (a fairseq checkpoint) to ``dest`` as the models/ folder keeps it; returns its size."""
+def strip_checkpoint(src, dest, half: bool = False, resumable: bool = False):
+    """Write fairseq checkpoint ``src`` to ``dest`` without optimizer moments, keeping the
+    ``extra_state`` fairseq's loader reads (``train_iterator``: a KeyError without it); ``half``: fp16
+    weights (tied tensors stored once); ``resumable``: keep the optimizer's parameter groups, so
+    ``fairseq-train --restore-file`` rebuilds the optimizer (its moments start at zero).  Returns the size."""
     import torch
 
     state = torch.load(src, map_location="cpu", weights_only=False)
-    state["model"] = _half(state["model"])
-    optimizer = state.get("last_optimizer_state")
-    # the parameter groups let fairseq-train --restore-file rebuild the optimizer; its moments start at zero
+    if half:
+        state["model"] = _half(state["model"])
+    optimizer = state.get("last_optimizer_state") if resumable else None
     state["last_optimizer_state"] = None if optimizer is None else {"state": {}, "param_groups": optimizer["param_groups"]}
     extra = state.get("extra_state") or {}
     state["extra_state"] = {k: extra[k] for k in EXTRA_STATE_KEPT if k in extra}
     with AtomicBinary(dest) as f:
         torch.save(state, f)
     return Path(dest).stat().st_size
+
+
+def pack_checkpoint(src, dest):
+    """Write ``src`` (a fairseq checkpoint) to ``dest`` as the models/ folder keeps it; returns its size."""
+    return strip_checkpoint(src, dest, half=True, resumable=True)
 
 
 def ship_corpus(corpus, dest):

@@ -250,13 +250,12 @@ class Evidence:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def bootstrap(self):
+    def bootstrap(self, shipped):
         """Stage 1's models (configs/reference/convergence_gold.txt, under the GPU recipe) that models/
-        lacks, trained side by side for half the time left (no curves), so that the speed rows have
+        lacks (``shipped``: the names it has), trained side by side for half the time left (no curves), so that the speed rows have
         models to decode."""
         from scripts.reference_run import train_command
 
-        shipped = self.reference_models()
         models = {n: m for n, m in self.read_models(self.recipe_list(GOLD)).items() if n not in shipped}
         minutes = 0.5 * self.deadline.left() / 60
         ns = argparse.Namespace(out=self.work / "ref", data=self.data, interval=self.args.max_update, seed=1,
@@ -428,7 +427,7 @@ class Evidence:
         self.report.add("reference models", f"from {self.args.models_dir}: {', '.join(found) or 'none'}" +
                         (f"; {', '.join(missing)} trained briefly first (their rows decode those)" if missing else ""))
         if missing:
-            self.step("bootstrap", "bootstrap", self.bootstrap)
+            self.step("bootstrap", "bootstrap", self.bootstrap, found)
         self.measured = self.work / "measured"  # per corpus: the set the shipped models are measured on, else the bundle's
         for corpus in sorted(p.name for p in self.data.iterdir() if p.is_dir()):
             shipped = Path(self.args.models_dir) / "data" / corpus
