@@ -72,6 +72,28 @@ def test_rows_leave_and_the_rest_continue(tmp_path):
     torch.testing.assert_close(got, ref[keep, 6:9], atol=1e-5, rtol=0)
 
 
+@torch.no_grad()
+def test_beam_reorder_moves_every_layers_entries(tmp_path):
+    """KVCache.reorder (one index_select over all layers' keys/values) and growth: row r goes on from
+    row rows[r]'s prefix, with its sentence's encoder states (2 beams per sentence, group=2)."""
+    model = plain_transformer(tmp_path, [])
+    src, lengths, prev = _inputs(n=2, tgt_len=9)
+    beams = torch.randint(4, 40, (4, 9), generator=torch.Generator().manual_seed(3))
+    beams[:, 0] = 2
+    step = DecoderStep(model.decoder)
+    cache = step.begin(model.encoder(src, src_lengths=lengths), capacity=4, group=2)  # grows at the next call
+    step(cache, beams[:, :6], torch.arange(6))
+    cache.advance(6)
+    rows = torch.tensor([1, 1, 3, 2])  # within each sentence, as a beam step reorders
+    cache.reorder(rows)
+    assert all(k.data_ptr() == cache.self_kv[i, 0].data_ptr() for i, k in enumerate(cache.k))
+    got, _ = step(cache, beams[:, 6:9], torch.arange(6, 9))
+    sent = torch.tensor([0, 0, 1, 1])
+    full = torch.cat([beams[rows, :6], beams[:, 6:9]], 1)
+    ref, _ = model(src[sent], lengths[sent], full)
+    torch.testing.assert_close(got, ref[:, 6:9], atol=1e-5, rtol=0)
+
+
 def test_unsupported_decoders_are_refused(tmp_path):
     from fairseq_plugins.decoding.step import UnsupportedDecoderError
 
