@@ -72,10 +72,14 @@ def test_rows_leave_and_the_rest_continue(tmp_path):
     torch.testing.assert_close(got, ref[keep, 6:9], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("chunk_bytes", [None, 1], ids=["one index_select", "layer by layer"])
 @torch.no_grad()
-def test_beam_reorder_moves_every_layers_entries(tmp_path):
-    """KVCache.reorder (one index_select over all layers' keys/values) and growth: row r goes on from
-    row rows[r]'s prefix, with its sentence's encoder states (2 beams per sentence, group=2)."""
+def test_beam_reorder_moves_every_layers_entries(tmp_path, monkeypatch, chunk_bytes):
+    """KVCache.reorder (one index_select over all layers' keys/values, or one per layer where the copy
+    would be large) and growth: row r goes on from row rows[r]'s prefix, with its sentence's encoder
+    states (2 beams per sentence, group=2)."""
+    if chunk_bytes is not None:
+        monkeypatch.setattr("fairseq_plugins.decoding.cache.REORDER_CHUNK_BYTES", chunk_bytes)
     model = plain_transformer(tmp_path, [])
     src, lengths, prev = _inputs(n=2, tgt_len=9)
     beams = torch.randint(4, 40, (4, 9), generator=torch.Generator().manual_seed(3))

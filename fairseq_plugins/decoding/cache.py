@@ -27,6 +27,22 @@ import torch
 from torch import Tensor
 
 
+# our choice: a reorder's temporary copy stays within this many bytes (or one layer's entries), so the
+# single index_select of a small cache does not cost a large one a second cache's memory at once
+REORDER_CHUNK_BYTES = 16 * 2 ** 20
+
+
+def _copy_rows(dst: Tensor, src: Tensor, rows: Tensor):
+    """``dst[:, :, r] = src[:, :, rows[r]]`` for storage views ``(layers, 2, B, H, used, dh)``; ``dst`` may
+    be ``src`` (a beam step's reorder in place): as few index_selects as REORDER_CHUNK_BYTES allows."""
+    per_layer = src[0].numel() * src.element_size()
+    layers = src.size(0)
+    chunk = max(1, REORDER_CHUNK_BYTES // max(per_layer, 1))
+    for first in range(0, layers, chunk):
+        n = min(chunk, layers - first)
+        dst.narrow(0, first, n).copy_(src.narrow(0, first, n).index_select(2, rows))
+
+
 class KVCache:
     def __init__(self, self_kv: Optional[Tensor], enc_k: List[Tensor], enc_v: List[Tensor],
                  enc_mask: Optional[Tensor], group: int = 1):
@@ -84,7 +100,7 @@ class KVCache:
         used, kv = self.max_length, self.self_kv
         if kv is not None:
             kept = kv.new_zeros(kv.size(0), 2, rows.numel(), *kv.shape[3:])
-            kept[..., :used, :] = kv[..., :used, :].index_select(2, rows)
+            _copy_rows(kept.narrow(4, 0, used), kv.narrow(4, 0, used), rows)
             self._set(kept)
         sources = rows if self.group == 1 else torch.div(rows.view(-1, self.group)[:, 0], self.group,
                                                          rounding_mode="floor")
@@ -103,5 +119,6 @@ class KVCache:
         sentence share its encoder states, so only the self-attention entries move)."""
         used, kv = self.max_length, self.self_kv
         if kv is not None and used > 0:
-            kv[..., :used, :] = kv[..., :used, :].index_select(2, rows)
+            prefix = kv.narrow(4, 0, used)
+            _copy_rows(prefix, prefix, rows)
         self.lengths = self.lengths.index_select(0, rows)
