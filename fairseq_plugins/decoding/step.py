@@ -139,8 +139,9 @@ class DecoderStep:
         enc_mask = None
         if pad is not None and bool(pad.any()):  # once per batch
             enc_mask = (~pad).view(B, 1, 1, -1)
-        self_kv = KVCache.allocate(weight, len(self.layers), B * group, H, capacity, dh)
-        return KVCache(self_kv, enc_k, enc_v, enc_mask, group=group)
+        k = [weight.new_zeros(B * group, H, capacity, dh) for _ in self.layers]
+        v = [weight.new_zeros(B * group, H, capacity, dh) for _ in self.layers]
+        return KVCache(k, v, enc_k, enc_v, enc_mask, group=group)
 
     # ---- embeddings ----
     def _positions(self, slots: Tensor, like: Tensor) -> Optional[Tensor]:
