@@ -23,8 +23,10 @@ What is lean: the encoder runs once per sentence (not once per beam: the beams o
 its keys/values, ``KVCache(group=beam)``); the self-attention keys/values sit in preallocated
 buffers reordered by beam with ``index_select`` (fairseq concatenates and reorders a dict per layer);
 the masks are written in place; the finalised hypotheses live on the device (one slot per hypothesis
-and a trash slot for masked writes); and a step reads the host once, for which sentences are done
-and whether any hypothesis finalises (``beam_rows``: shared with the multi-token beam search).
+and a trash slot for masked writes); and a step reads the host once, for which sentences are done,
+whether any hypothesis finalises (else the finalisation is skipped) and whether any candidate is EOS
+(else the first ``beam`` candidates continue, without fairseq's top-k over the candidate ranks)
+(``beam_rows``: shared with the multi-token beam search).
 
 ``--no-repeat-ngram-size``: fairseq's CPU fallback of its n-gram blocker (``NGramRepeatBlock._no_repeat_ngram``)
 is handed the whole token buffer, whose last n-1 columns are padding, so without fairseq's CUDA
@@ -116,11 +118,11 @@ class FinalizedHypotheses:
         self.count = torch.zeros(bsz, dtype=torch.long, device=device)  # by batch position
 
     def mark(self, state: BeamState, cand_scores: Tensor, cand_indices: Tensor, eos_mask: Tensor, last: bool):
-        """Which top-``beam`` candidates finalise (fairseq's ``eos_mask[:, :beam]``: ``ending``, the
-        finite EOS candidates of ``eos_mask``), and which sentences are then done (``beam`` finalised: fairseq's cap).
+        """Which top-``beam`` candidates finalise (``ending``: the finite EOS ones, fairseq's
+        ``eos_mask[:, :beam]``) and which sentences are then done (``beam`` finalised, fairseq's cap).
         At the ``last`` step a sentence with no finalised hypothesis (-inf everywhere: NaN log-probs)
         takes its -inf ones, where fairseq's loop fails its ``step < max_len`` assertion.
-        -> ``(ending, count, done)``; the slots are worked out by :meth:`write`, only when one finalises."""
+        -> ``(ending, count, done)``; :meth:`write` works out the slots, only on a step that finalises."""
         B = self.B
         count = self.count.index_select(0, state.sent)
         ending = eos_mask[:, :B]
