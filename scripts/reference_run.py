@@ -52,7 +52,8 @@ from pathlib import Path
 
 from fairseq_plugins.corpora.files import AtomicWriter
 from fairseq_plugins.evaluation import learning_curve, train_log
-from fairseq_plugins.evaluation.reference_models import ReferenceModels, better, evaluation_corpus, strip_checkpoint
+from fairseq_plugins.evaluation.reference_models import (ReferenceModels, better, evaluation_corpus, freeze_teacher,
+                                                         strip_checkpoint)
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -617,7 +618,7 @@ def plot(summary, path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=str(REPO / "configs/reference/orders.txt"))
-    ap.add_argument("--data", required=True, help="data root holding the corpora named in the list")
+    ap.add_argument("--data", help="data root holding the corpora named in the list (required but with --freeze-teacher)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--names", nargs="*", help="only these models of the list")
     ap.add_argument("--max-update", type=int, default=8000, help="stop a training that has not converged here")
@@ -641,6 +642,8 @@ def main(argv=None):
                     "model that converges is packed there at once")
     ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
                     "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
+    ap.add_argument("--freeze-teacher", metavar="CKPT", help="only copy CKPT to OUT/checkpoints/teacher/ unless a "
+                    "teacher is there already (the distillation's teacher and the orders' warm start)")
     ap.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)  # internal: one model's curve
     ap.add_argument("--name", help=argparse.SUPPRESS)
@@ -650,6 +653,14 @@ def main(argv=None):
     ap.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)  # internal: pack one converged model
     ap.add_argument("train_args", nargs="*", help="extra fairseq-train arguments for every model (after --)")
     args = ap.parse_args(argv)
+    if args.freeze_teacher:
+        import torch
+
+        teacher = freeze_teacher(Path(args.out) / "checkpoints", args.freeze_teacher)
+        state = torch.load(teacher, map_location="cpu", weights_only=False, mmap=True)
+        return print(f"teacher: {teacher} ({state['optimizer_history'][-1]['num_updates']} updates)")
+    if not args.data:
+        ap.error("--data is required: the data root holding the corpora named in --models")
     if args.curve:
         return curve(args)
     if args.snapshot and not args.models_dir:

@@ -111,11 +111,39 @@ def test_over_budget_is_refused_and_nothing_is_written(tmp_path, tiny_model):
     store = rm.ReferenceModels(tmp_path / "models")
     store.offer(entry("a", 100), tiny_model, corpus)
     before = sorted(p.name for p in (tmp_path / "models").rglob("*"))
-    store.manifest["budget_bytes"] = rm.folder_bytes(tmp_path / "models") + 1000
+    manifest = json.loads((tmp_path / "models" / rm.MANIFEST).read_text())
+    manifest["budget_bytes"] = rm.folder_bytes(tmp_path / "models") + 1000
+    (tmp_path / "models" / rm.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(SystemExit, match="over its budget"):
         store.offer(entry("b", 100), tiny_model, corpus)
     assert sorted(p.name for p in (tmp_path / "models").rglob("*")) == before
     assert "b" not in rm.ReferenceModels(tmp_path / "models").models
+
+
+def test_two_runs_offering_side_by_side_keep_each_others_entries(tmp_path, tiny_model):
+    """Stages 1 and 2 of the convergence run pack into the same folder from two processes: an offer
+    reads the manifest again under the folder's lock instead of writing back the one it read at start."""
+    corpus = fake_corpus(tmp_path / "en-de")
+    stage1, stage2 = rm.ReferenceModels(tmp_path / "models"), rm.ReferenceModels(tmp_path / "models")
+    assert stage1.offer(entry("baseline", 8000), tiny_model, corpus)
+    assert stage2.offer(entry("l2r_kd", 500), tiny_model, corpus)
+    assert not stage2.offer(entry("baseline", 7000), tiny_model, corpus)  # stage 1's newer snapshot is seen
+    assert set(rm.ReferenceModels(tmp_path / "models").models) == {"baseline", "l2r_kd"}
+
+
+def test_the_teacher_is_frozen_once_and_never_replaced(tmp_path, tiny_model):
+    ckpts = tmp_path / "checkpoints"
+    with pytest.raises(FileNotFoundError, match="no teacher checkpoint"):
+        rm.freeze_teacher(ckpts, tmp_path / "missing.pt")
+    assert not (ckpts / rm.TEACHER).exists()
+    teacher = rm.freeze_teacher(ckpts, tiny_model)
+    assert teacher == ckpts / "teacher" / "checkpoint_best.pt" and teacher.read_bytes() == tiny_model.read_bytes()
+    newer = tmp_path / "newer.pt"
+    newer.write_bytes(b"a later baseline")
+    assert rm.freeze_teacher(ckpts, newer).read_bytes() == tiny_model.read_bytes()
+    # the warm start the orders name is this file
+    kd = (REPO / "configs" / "reference" / "convergence_kd.txt").read_text()
+    assert "{CKPT}/teacher/checkpoint_best.pt" in kd and "--init-from-l2r {CKPT}/baseline/" not in kd
 
 
 def test_a_snapshot_of_another_corpus_is_not_resumed(tmp_path, tiny_model):

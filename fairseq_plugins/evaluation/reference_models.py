@@ -15,10 +15,12 @@ the data position; Adam's moments start again), so a machine that lost its run f
 the repository.  A model is replaced only by a better-converged one (:func:`better`), and the folder
 stays within :data:`BUDGET_BYTES`.
 """
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from fairseq_plugins.corpora.files import AtomicBinary, AtomicWriter
@@ -27,6 +29,7 @@ BUDGET_BYTES = 40 * 2 ** 20  # the whole models/ folder
 MANIFEST = "MANIFEST.json"
 CHECKPOINT = "checkpoint_best.pt"
 DATA = "data"
+TEACHER = "teacher"  # {CKPT}/teacher/: the distilled corpus's teacher and the orders' warm start (convergence_kd.txt)
 EXTRA_STATE_KEPT = ("train_iterator", "previous_training_time", "best", "val_loss")  # what resuming reads
 EVALUATION_SPLITS = ("valid", "test")
 
@@ -94,6 +97,19 @@ def strip_checkpoint(src, dest, half: bool = False, resumable: bool = False):
     return Path(dest).stat().st_size
 
 
+def freeze_teacher(ckpt_root, source):
+    """The teacher's checkpoint in a run's checkpoints folder ``ckpt_root``: copied from ``source`` the
+    first time and never replaced after, so the distilled corpus and every warm start come from the same
+    weights, also when they are taken from a baseline that trains on (orders first).  Returns its path."""
+    dest = Path(ckpt_root) / TEACHER / CHECKPOINT
+    if not dest.exists():
+        if not Path(source).is_file():
+            raise FileNotFoundError(f"no teacher checkpoint at {source}: give a trained baseline's checkpoint_best.pt")
+        with AtomicBinary(dest) as f, open(source, "rb") as src:
+            shutil.copyfileobj(src, f)
+    return dest
+
+
 def pack_checkpoint(src, dest):
     """Write ``src`` (a fairseq checkpoint) to ``dest`` as the models/ folder keeps it; returns its size."""
     return strip_checkpoint(src, dest, half=True, resumable=True)
@@ -136,8 +152,23 @@ class ReferenceModels:
 
     def __init__(self, folder):
         self.folder = Path(folder)
+        self.manifest = self._read()
+
+    def _read(self):
         path = self.folder / MANIFEST
-        self.manifest = json.loads(path.read_text()) if path.exists() else {"budget_bytes": BUDGET_BYTES, "models": {}}
+        return json.loads(path.read_text()) if path.exists() else {"budget_bytes": BUDGET_BYTES, "models": {}}
+
+    @contextmanager
+    def _locked(self):
+        """The folder locked against another run's offer (stages 1 and 2 side by side), its manifest read again."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.manifest = self._read()
+            yield
+        finally:
+            os.close(fd)
 
     @property
     def models(self):
@@ -166,11 +197,13 @@ class ReferenceModels:
         """Pack ``checkpoint`` as ``entry['name']`` if it is better than the model there (:func:`better`) and the
         folder stays within budget; returns whether it was taken.  ``entry``: the manifest fields known
         to the caller (name, config, corpus, updates, converged, stopped, valid_bleu, test_bleu, command)."""
+        with self._locked():
+            return self._offer(entry, checkpoint, corpus)
+
+    def _offer(self, entry, checkpoint, corpus):
         name = entry["name"]
-        old = self.entry(name)
-        if not better(entry, old):
+        if not better(entry, self.entry(name)):
             return False
-        self.folder.mkdir(parents=True, exist_ok=True)
         staged = self.folder / f".{name}.staged.pt"
         size = pack_checkpoint(checkpoint, staged)
         budget = self.manifest.get("budget_bytes", BUDGET_BYTES)

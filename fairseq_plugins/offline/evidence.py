@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fairseq_plugins.evaluation import train_log
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
-from fairseq_plugins.evaluation.reference_models import pack_checkpoint
+from fairseq_plugins.evaluation.reference_models import freeze_teacher, pack_checkpoint
 from fairseq_plugins.offline import limits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -312,7 +312,8 @@ class Evidence:
         if (self.data / "en-de-distilled" / "distill.json").exists():
             self.report.add("distillation", "skipped: the bundle carries en-de-distilled (distill.json).")
             return
-        teacher = self.work / "ref" / "checkpoints" / "baseline" / "checkpoint_best.pt"
+        checkpoints = self.work / "ref" / "checkpoints"
+        teacher = freeze_teacher(checkpoints, checkpoints / "baseline" / "checkpoint_best.pt")
         cmd = [sys.executable, "-m", "scripts.distill", "--data", self.data / "en-de", "--path", teacher,
                "--out", self.data / "en-de-distilled", "--beam", "5", "--batch-size", "256" if self.cuda else "64"]
         cmd += ["--fp16"] if self.cuda else ["--cpu"]
