@@ -299,3 +299,12 @@ def torch_load(path):
     import torch
 
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def test_freeze_teacher_copies_once_and_needs_no_data(tmp_path, tiny_model, capsys):
+    reference_run.main(["--out", str(tmp_path / "ref"), "--freeze-teacher", str(tiny_model)])
+    teacher = tmp_path / "ref" / "checkpoints" / "teacher" / "checkpoint_best.pt"
+    assert teacher.read_bytes() == tiny_model.read_bytes() and "updates)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # training still needs the data root
+        reference_run.main(["--out", str(tmp_path / "ref")])
+    assert "--data is required" in capsys.readouterr().err
