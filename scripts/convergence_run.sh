@@ -4,14 +4,16 @@
 #   bash scripts/convergence_run.sh RUNS [STAGE2_MAX_UPDATE]
 # CONVERGENCE_PARALLEL=N trains N models at a time (default 2; 1 leaves a core free for other work).
 # Orders first: CONVERGENCE_TEACHER=CKPT freezes that checkpoint (the baseline while it still trains)
-# as the teacher, and stages 1 and 2 then run side by side, one model each; a run that finds a frozen
-# teacher does the same.  Without one, the teacher is stage 1's converged baseline.
+# as the teacher, and stages 1 and 2 then run side by side, one model each, the drafters after stage 1
+# (they need the verifier); a run that finds a frozen teacher does the same.  Without one, the teacher
+# is stage 1's converged baseline.
 # 1. the en-de and typo-correction corpora (skipped when built);
 # 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
 #    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
 #    at which it first was (no reference: its own curve, since two flat points can be a pause);
-# 3. the teacher frozen (RUNS/ref/checkpoints/teacher/, the distillation's teacher and the orders' warm
-#    start) and its distilled corpus (beam 5; resumable by shards, skipped when distill.json exists);
+# 3. the baseline frozen as teacher (RUNS/ref/checkpoints/teacher/: the distillation's teacher, the orders'
+#    warm start) and as verifier (verifier/: the drafters' and blockwise heads', the checkpoint models/
+#    ships), and the distilled corpus (beam 5; resumable by shards, skipped when distill.json exists);
 # 4. stage 2, distilled corpus: every order, the L2R control, blockwise heads and the GAD drafters
 #    (configs/reference/convergence_kd.txt), each order stopped at the issue's rule (>= 5 points, the
 #    last at >= 3x the updates at which l2r_kd flattened), at most STAGE2_MAX_UPDATE (30000) updates;
@@ -45,22 +47,25 @@ stage2() {
   $py -m scripts.reference_run --models configs/reference/convergence_kd.txt --data "$data" --out "$ref" \
       --models-dir "$models" --max-update "$stage2_updates" --interval 500 --parallel "$1"
 }
-# the teacher ({CKPT}/teacher/ in convergence_kd.txt), copied once and never replaced, so the distilled
-# corpus and every warm start come from the same weights
+# the baseline's roles in stage 2 ({CKPT}/teacher/, {CKPT}/verifier/ in convergence_kd.txt), each copied
+# once and never replaced: the distilled corpus, the warm starts and the drafters see the same weights
 teacher=$ref/checkpoints/teacher/checkpoint_best.pt
-freeze_teacher() { $py -m scripts.reference_run --out "$ref" --freeze-teacher "$1"; }
-[ -z "${CONVERGENCE_TEACHER:-}" ] || freeze_teacher "$CONVERGENCE_TEACHER"
+freeze() {  # ROLE SOURCE: a checkpoint, or a model of stage 1 (the checkpoint models/ ships of it)
+  $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
+      --models-dir "$models" --freeze "$1" "$2"
+}
+[ -z "${CONVERGENCE_TEACHER:-}" ] || freeze teacher "$CONVERGENCE_TEACHER"
 
 if [ -f "$teacher" ] && [ "$parallel" -ge 2 ]; then
   stage1 1 & gold=$!
-  stage2 1
+  stage2 1  # the orders; the drafters wait for the verifier
   wait "$gold"
+  freeze verifier baseline
+  stage2 "$parallel"
 else
   stage1 "$parallel"
-  # this run's converged baseline, else the one in models/
-  best=$ref/checkpoints/baseline/checkpoint_best.pt
-  [ -f "$best" ] || best=$models/baseline/checkpoint_best.pt
-  freeze_teacher "$best"
+  freeze teacher baseline
+  freeze verifier baseline
   stage2 "$parallel"
 fi
 

@@ -15,7 +15,8 @@ with the keys ``updates=F`` (train F x ``--max-update``, as configs/demo_models.
 ``beam=N`` (the beam of this model's curve instead of ``--curve-beam``: its paper's) and
 ``generate="ARGS"`` (extra fairseq-generate arguments of its curve, one quoted word) and ``curve=no``
 (no BLEU curve: a GAD drafter's checkpoint does not translate by itself; it trains to
-``--max-update`` and its validation loss is in train.log).  A word
+``--max-update`` and its validation loss is in train.log) and ``baseline=NAME`` (``{CKPT}/baseline/`` in its
+config reads ``{CKPT}/NAME/``: a drafter trained for the run's frozen ``verifier``).  A word
 ``key=value`` with another key is an error.  ``{CKPT}`` and ``{DATA}`` in a config's arguments and
 in the extra ones are replaced by ``OUT/checkpoints`` and the data root.
 
@@ -52,7 +53,7 @@ from pathlib import Path
 
 from fairseq_plugins.corpora.files import AtomicWriter
 from fairseq_plugins.evaluation import learning_curve, train_log
-from fairseq_plugins.evaluation.reference_models import (ReferenceModels, better, evaluation_corpus, freeze_teacher,
+from fairseq_plugins.evaluation.reference_models import (ROLES, ReferenceModels, better, evaluation_corpus, freeze,
                                                          strip_checkpoint)
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 
@@ -82,7 +83,14 @@ def _yes_no(text):
     return text == "yes"
 
 
-LIST_KEYS = {"updates": _positive(float), "beam": _positive(int), "generate": _generate_args, "curve": _yes_no}
+def _folder(text):
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ValueError(f"{text!r} is not a folder name of {{CKPT}}")
+    return text
+
+
+LIST_KEYS = {"updates": _positive(float), "beam": _positive(int), "generate": _generate_args, "curve": _yes_no,
+             "baseline": _folder}
 
 
 def read_models(path, names=None):
@@ -101,7 +109,7 @@ def read_models(path, names=None):
             raise SystemExit(f"error: {where}: a model line is NAME CONFIG CORPUS [KEY=VALUE ...] [fairseq-train args]")
         name, config, corpus, *rest = words
         model = {"name": name, "config": config, "corpus": corpus, "extra": [], "update_scale": 1.0, "beam": None,
-                 "generate": "", "curve": True}
+                 "generate": "", "curve": True, "baseline": "baseline"}
         for word in rest:
             key, eq, value = word.partition("=")
             if not (eq and re.fullmatch(r"[a-z_]+", key)):
@@ -126,8 +134,11 @@ def read_models(path, names=None):
     return models
 
 
-def config_args(config, ckpt_root, data_root):
+def config_args(config, ckpt_root, data_root, baseline="baseline"):
+    """A config file's fairseq-train words; ``{CKPT}/baseline/`` in it reads ``{CKPT}/<baseline>/`` (a
+    list line's ``baseline=verifier``: the frozen verifier of the convergence run)."""
     text = " ".join(line.split("#", 1)[0] for line in (REPO / config).read_text().splitlines())
+    text = text.replace("{CKPT}/baseline/", f"{{CKPT}}/{baseline}/")
     text = text.replace("{CKPT}", str(ckpt_root)).replace("{DATA}", str(data_root))
     return shlex.split(text)
 
@@ -144,7 +155,8 @@ def train_command(model, args, gpu):
     extra = [w.replace("{CKPT}", str(ckpt_root)).replace("{DATA}", str(data_root)) for w in model["extra"]]
     max_update = max_update_of(model, args)
     cmd = [sys.executable, "-m", "fairseq_cli.train", str(Path(args.data) / model["corpus"] / "bin"),
-           "--user-dir", str(PLUGIN_DIR)] + config_args(model["config"], Path(args.out) / "checkpoints", args.data)
+           "--user-dir", str(PLUGIN_DIR)] + config_args(model["config"], Path(args.out) / "checkpoints", args.data,
+                                                                  model["baseline"])
     cmd += ["--save-dir", str(save), "--max-update", str(max_update), "--save-interval-updates", str(args.interval),
             "--validate-interval-updates", str(args.interval), "--keep-interval-updates", "-1",
             "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "100", "--num-workers", "0",
@@ -153,6 +165,13 @@ def train_command(model, args, gpu):
         cmd += ["--stop-time-hours", f"{args.stop_minutes / 60:.4f}"]
     cmd += ["--fp16"] if gpu else ["--cpu"]
     return cmd + extra + args.train_args
+
+
+def missing_inputs(cmd, ckpt_root):
+    """The checkpoints under ``ckpt_root`` (``{CKPT}``) that training command ``cmd`` reads and that do not
+    exist yet (a role not frozen yet: the verifier of the drafters, while stage 1 trains on)."""
+    root = str(ckpt_root)
+    return [w for w in map(str, cmd) if w.startswith(root) and w.endswith(".pt") and not Path(w).exists()]
 
 
 def max_update_of(model, args):
@@ -292,6 +311,7 @@ class ReferenceRun:
         self.scorer = None  # (name, Job): a curve's scorer, or the packer of a converged model into --models-dir
         self.store = ReferenceModels(args.models_dir) if getattr(args, "models_dir", None) else None
         self.to_pack = []  # converged models not yet packed into --models-dir
+        self.waiting = {}  # name -> the checkpoints of this run it trains from that do not exist yet
         self.attempted = {}  # name -> the unscored checkpoints when it was last given to the scorer
         self.turn = 0  # the scorer goes round the models
         self.reference = None if args.flatten_reference.lower() == "none" else args.flatten_reference
@@ -387,6 +407,11 @@ class ReferenceRun:
                          "not trained again (raise --max-update to train it further)")
                 continue
             cmd = train_command(m, self.args, self.gpu)
+            needs = missing_inputs(cmd, self.out / "checkpoints")
+            if needs:
+                self.waiting[m["name"]] = needs
+                self.log(f"{m['name']} not started: it needs {', '.join(needs)}, not there yet (a later run trains it)")
+                continue
             restore = restore_file(self.out / "checkpoints" / m["name"]) or self.shipped_start(m)
             self.trainings[m["name"]] = Job(m["name"], cmd + (["--restore-file", str(restore)] if restore else []),
                                             self.out / m["name"] / "train.log", self.env)
@@ -615,6 +640,27 @@ def plot(summary, path):
     plt.close(fig)
 
 
+def freeze_role(args, role, source):
+    """``--freeze ROLE SOURCE``: SOURCE is a checkpoint file, or the name of a model of ``--models``: the
+    checkpoint this run exports for it (:func:`exported_checkpoint`: the one ``--models-dir`` ships),
+    else the one ``--models-dir`` holds (a model converged there before this run)."""
+    import torch
+
+    checkpoint = Path(source)
+    if not checkpoint.is_file():
+        models = {m["name"]: m for m in read_models(args.models)}
+        if source not in models:
+            raise SystemExit(f"error: --freeze {role} {source}: neither a checkpoint nor a model of {args.models}")
+        if not args.data:
+            raise SystemExit("error: --freeze of a model needs --data (its corpus decides which checkpoint it exports)")
+        checkpoint = exported_checkpoint(models[source], args.out, args.data)
+        if not checkpoint.exists() and args.models_dir:
+            checkpoint = ReferenceModels(args.models_dir).checkpoint(source)
+    frozen = freeze(Path(args.out) / "checkpoints", role, checkpoint)
+    state = torch.load(frozen, map_location="cpu", weights_only=False, mmap=True)
+    print(f"{role}: {frozen} ({state['optimizer_history'][-1]['num_updates']} updates)", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=str(REPO / "configs/reference/orders.txt"))
@@ -642,8 +688,9 @@ def main(argv=None):
                     "model that converges is packed there at once")
     ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
                     "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
-    ap.add_argument("--freeze-teacher", metavar="CKPT", help="only copy CKPT to OUT/checkpoints/teacher/ unless a "
-                    "teacher is there already (the distillation's teacher and the orders' warm start)")
+    ap.add_argument("--freeze", nargs=2, metavar=("ROLE", "SOURCE"),
+                    help=f"only copy SOURCE (a checkpoint, or a model of --models: the checkpoint it exports) to "
+                         f"OUT/checkpoints/ROLE/ unless one is there already; ROLE: {', '.join(ROLES)}")
     ap.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)  # internal: one model's curve
     ap.add_argument("--name", help=argparse.SUPPRESS)
@@ -653,12 +700,8 @@ def main(argv=None):
     ap.add_argument("--pack", action="store_true", help=argparse.SUPPRESS)  # internal: pack one converged model
     ap.add_argument("train_args", nargs="*", help="extra fairseq-train arguments for every model (after --)")
     args = ap.parse_args(argv)
-    if args.freeze_teacher:
-        import torch
-
-        teacher = freeze_teacher(Path(args.out) / "checkpoints", args.freeze_teacher)
-        state = torch.load(teacher, map_location="cpu", weights_only=False, mmap=True)
-        return print(f"teacher: {teacher} ({state['optimizer_history'][-1]['num_updates']} updates)")
+    if args.freeze:
+        return freeze_role(args, *args.freeze)
     if not args.data:
         ap.error("--data is required: the data root holding the corpora named in --models")
     if args.curve:
@@ -680,7 +723,8 @@ def main(argv=None):
               "the other models train to --max-update unless it flattens (--flatten-reference none: no floor)",
               flush=True)
     exit_on_sigterm()
-    failed = ReferenceRun(models, args, gpu).run()
+    reference = ReferenceRun(models, args, gpu)
+    failed = reference.run()
     summary = summarize(models, out)
     plot(summary, out / "curves.png")
     if args.export:
@@ -695,6 +739,8 @@ def main(argv=None):
         print(f"{name:20s} last {last and last['updates']} updates BLEU {last and last['bleu']}  best BLEU "
               f"{best and best['bleu']} at {best and best['updates']}  "
               f"{'converged at ' + str(conv['updates']) if conv else 'not converged'}  ({c.get('train_seconds')} s training)")
+    for name, needs in reference.waiting.items():
+        print(f"{name:20s} not trained: it needs {', '.join(needs)} (run the command again once it exists)")
     if failed:
         raise SystemExit(f"error: training failed for {', '.join(failed)} (see OUT/<name>/train.log)")
 

@@ -131,19 +131,25 @@ def test_two_runs_offering_side_by_side_keep_each_others_entries(tmp_path, tiny_
     assert set(rm.ReferenceModels(tmp_path / "models").models) == {"baseline", "l2r_kd"}
 
 
-def test_the_teacher_is_frozen_once_and_never_replaced(tmp_path, tiny_model):
+def test_a_role_is_frozen_once_and_never_replaced(tmp_path, tiny_model):
     ckpts = tmp_path / "checkpoints"
     with pytest.raises(FileNotFoundError, match="no teacher checkpoint"):
-        rm.freeze_teacher(ckpts, tmp_path / "missing.pt")
-    assert not (ckpts / rm.TEACHER).exists()
-    teacher = rm.freeze_teacher(ckpts, tiny_model)
+        rm.freeze(ckpts, "teacher", tmp_path / "missing.pt")
+    assert not (ckpts / "teacher").exists()
+    with pytest.raises(ValueError, match="unknown role"):
+        rm.freeze(ckpts, "baseline", tiny_model)
+    teacher = rm.freeze(ckpts, "teacher", tiny_model)
     assert teacher == ckpts / "teacher" / "checkpoint_best.pt" and teacher.read_bytes() == tiny_model.read_bytes()
     newer = tmp_path / "newer.pt"
     newer.write_bytes(b"a later baseline")
-    assert rm.freeze_teacher(ckpts, newer).read_bytes() == tiny_model.read_bytes()
-    # the warm start the orders name is this file
-    kd = (REPO / "configs" / "reference" / "convergence_kd.txt").read_text()
-    assert "{CKPT}/teacher/checkpoint_best.pt" in kd and "--init-from-l2r {CKPT}/baseline/" not in kd
+    assert rm.freeze(ckpts, "teacher", newer).read_bytes() == tiny_model.read_bytes()
+    assert rm.freeze(ckpts, "verifier", newer).read_bytes() == b"a later baseline"  # each role on its own
+    # the convergence run's stage 2 reads the roles: the orders the teacher, the drafters the verifier
+    from scripts.reference_run import config_args, read_models
+    for m in read_models(REPO / "configs" / "reference" / "convergence_kd.txt"):
+        words = " ".join(config_args(m["config"], "CK", "D", m["baseline"]) + m["extra"])
+        assert "CK/baseline/" not in words and "{CKPT}/baseline/" not in words, m["name"]
+        assert ("/teacher/" in words) == ("--init-from-l2r" in words), m["name"]
 
 
 def test_a_snapshot_of_another_corpus_is_not_resumed(tmp_path, tiny_model):

@@ -61,8 +61,10 @@ def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk()
         assert models["head_tail"]["beam"] == 10 and models["head_tail"]["generate"] == "--double-topk", name
         assert all(m["beam"] is None for n, m in models.items() if n != "head_tail"), name
     models = reference_run.read_models(REPO / "configs" / "reference" / "convergence_kd.txt")
-    # a GAD drafter's checkpoint (--task nar_drafter) does not translate by itself: no BLEU curve for it
-    assert {m["name"] for m in models if not m["curve"]} == {m["name"] for m in models if "gad_drafter" in m["name"]}
+    # a GAD drafter's checkpoint (--task nar_drafter) does not translate by itself, frozen heads translate as
+    # their base does: no BLEU curve for them
+    assert {m["name"] for m in models if not m["curve"]} == {m["name"] for m in models
+                                                             if "gad_drafter" in m["name"] or "frozen" in m["name"]}
     # the reference trains before every model with a curve: every order's floor is 3x the updates at which
     # it flattened (the drafters, with no curve, may go first)
     assert [m["name"] for m in models if m["curve"]][0] == "l2r_kd"
@@ -301,10 +303,37 @@ def torch_load(path):
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def test_freeze_teacher_copies_once_and_needs_no_data(tmp_path, tiny_model, capsys):
-    reference_run.main(["--out", str(tmp_path / "ref"), "--freeze-teacher", str(tiny_model)])
+def test_freeze_copies_a_checkpoint_or_a_models_export_once(tmp_path, tiny_model, capsys):
+    reference_run.main(["--out", str(tmp_path / "ref"), "--freeze", "teacher", str(tiny_model)])
     teacher = tmp_path / "ref" / "checkpoints" / "teacher" / "checkpoint_best.pt"
     assert teacher.read_bytes() == tiny_model.read_bytes() and "updates)" in capsys.readouterr().out
+    # a model's name: the checkpoint the run exports for it (gold corpus: its best)
+    lst = tmp_path / "list.txt"
+    lst.write_text("base configs/models/baseline.args en-de\n")
+    best = tmp_path / "ref" / "checkpoints" / "base" / "checkpoint_best.pt"
+    best.parent.mkdir(parents=True)
+    best.write_bytes(tiny_model.read_bytes())
+    reference_run.main(["--models", str(lst), "--data", str(tmp_path), "--out", str(tmp_path / "ref"),
+                        "--freeze", "verifier", "base"])
+    assert (tmp_path / "ref" / "checkpoints" / "verifier" / "checkpoint_best.pt").read_bytes() == tiny_model.read_bytes()
+    with pytest.raises(SystemExit, match="neither a checkpoint nor a model"):
+        reference_run.main(["--models", str(lst), "--out", str(tmp_path / "ref"), "--freeze", "verifier", "other"])
     with pytest.raises(SystemExit):  # training still needs the data root
         reference_run.main(["--out", str(tmp_path / "ref")])
     assert "--data is required" in capsys.readouterr().err
+
+
+def test_a_model_whose_frozen_role_is_missing_waits_for_a_later_run(tmp_path, capsys):
+    """The drafters of stage 2 train for the verifier frozen after stage 1: run beside stage 1 they are
+    not started (and not failed) until it exists."""
+    lst = tmp_path / "list.txt"
+    lst.write_text("drafter configs/models/gad_drafter_shallow.args en-de baseline=verifier curve=no\n")
+    (m,) = reference_run.read_models(lst)
+    args = reference_run.argparse.Namespace(out=str(tmp_path / "ref"), data=str(tmp_path), max_update=10, interval=5,
+                                            seed=1, stop_minutes=0, train_args=[], parallel=1, skip_training=False,
+                                            flatten_reference="none", models_dir=None)
+    needs = reference_run.missing_inputs(reference_run.train_command(m, args, gpu=False), tmp_path / "ref" / "checkpoints")
+    assert needs == [str(tmp_path / "ref" / "checkpoints" / "verifier" / "checkpoint_best.pt")]
+    run = reference_run.ReferenceRun([m], args, gpu=False)
+    run.start_trainings()
+    assert not run.trainings and run.waiting == {"drafter": needs} and not run.pending

@@ -29,7 +29,11 @@ BUDGET_BYTES = 40 * 2 ** 20  # the whole models/ folder
 MANIFEST = "MANIFEST.json"
 CHECKPOINT = "checkpoint_best.pt"
 DATA = "data"
-TEACHER = "teacher"  # {CKPT}/teacher/: the distilled corpus's teacher and the orders' warm start (convergence_kd.txt)
+# {CKPT}/<role>/checkpoint_best.pt in the convergence run's lists, each frozen once (:func:`freeze`):
+ROLES = {
+    "teacher": "the distilled corpus's teacher and the orders' warm start",
+    "verifier": "the baseline the drafters and blockwise heads are trained for: the one models/ ships",
+}
 EXTRA_STATE_KEPT = ("train_iterator", "previous_training_time", "best", "val_loss")  # what resuming reads
 EVALUATION_SPLITS = ("valid", "test")
 
@@ -97,14 +101,17 @@ def strip_checkpoint(src, dest, half: bool = False, resumable: bool = False):
     return Path(dest).stat().st_size
 
 
-def freeze_teacher(ckpt_root, source):
-    """The teacher's checkpoint in a run's checkpoints folder ``ckpt_root``: copied from ``source`` the
-    first time and never replaced after, so the distilled corpus and every warm start come from the same
-    weights, also when they are taken from a baseline that trains on (orders first).  Returns its path."""
-    dest = Path(ckpt_root) / TEACHER / CHECKPOINT
+def freeze(ckpt_root, role, source):
+    """The checkpoint of ``role`` (:data:`ROLES`) in a run's checkpoints folder ``ckpt_root``: copied from
+    ``source`` the first time and never replaced after, so every model trained from it (distilled
+    from it, warm-started from it, drafting for it) sees the same weights, also when ``source`` is a
+    baseline that trains on.  Returns its path."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    dest = Path(ckpt_root) / role / CHECKPOINT
     if not dest.exists():
         if not Path(source).is_file():
-            raise FileNotFoundError(f"no teacher checkpoint at {source}: give a trained baseline's checkpoint_best.pt")
+            raise FileNotFoundError(f"no {role} checkpoint at {source}: give a trained baseline's checkpoint")
         with AtomicBinary(dest) as f, open(source, "rb") as src:
             shutil.copyfileobj(src, f)
     return dest

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fairseq_plugins.evaluation import train_log
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
-from fairseq_plugins.evaluation.reference_models import freeze_teacher, pack_checkpoint
+from fairseq_plugins.evaluation.reference_models import ROLES, freeze, pack_checkpoint
 from fairseq_plugins.offline import limits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,7 +244,8 @@ class Evidence:
                     added += [flag, f"{kind(float(words[words.index(flag) + 1]) * scale):g}"]
             keys = ([f"updates={m['update_scale']:g}"] if m["update_scale"] != 1 else []) + \
                    ([f"beam={m['beam']}"] if m["beam"] else []) + \
-                   ([f"generate={m['generate']}"] if m["generate"] else []) + ([] if m["curve"] else ["curve=no"])
+                   ([f"generate={m['generate']}"] if m["generate"] else []) + ([] if m["curve"] else ["curve=no"]) + \
+                   ([f"baseline={m['baseline']}"] if m["baseline"] != "baseline" else [])
             lines.append(shlex.join([m["name"], m["config"], m["corpus"], *keys, *m["extra"], *added]))
         path = self.work / f"gpu_{Path(source).name}"
         path.write_text("\n".join(lines) + "\n")
@@ -281,7 +282,7 @@ class Evidence:
         cmd = [sys.executable, "-m", "scripts.gpu_check", "--data", self.measured / "en-de" / "bin",
                "--path", self.checkpoints / "baseline" / "checkpoint_best.pt", "--device", self.device,
                "--sentences", self.args.check_sentences]
-        for flag, model in (("--blockwise-path", "blockwise_k4_finetuned"), ("--drafter-path", "gad_drafter")):
+        for flag, model in (("--blockwise-path", "blockwise_k4_frozen"), ("--drafter-path", "gad_drafter")):
             if (self.checkpoints / model / "checkpoint_best.pt").exists():
                 cmd += [flag, self.checkpoints / model / "checkpoint_best.pt"]
         rc, text = self.checked("gpu_check", cmd)
@@ -308,12 +309,20 @@ class Evidence:
                    for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
         self.report.add(f"benchmark {rows}, {dtype}, batch 1 and 32", (out / "results.md").read_text(), results)
 
+    def freeze_baseline(self):
+        """Stage 1's baseline (its exported checkpoint, the one packed) as every role of stage 2's list:
+        teacher, warm start, the drafters' verifier.  Returns the teacher."""
+        from scripts.reference_run import exported_checkpoint
+
+        checkpoints = self.work / "ref" / "checkpoints"
+        baseline = exported_checkpoint(self.read_models(GOLD)["baseline"], self.work / "ref", self.data)
+        return [freeze(checkpoints, role, baseline) for role in ROLES][0]
+
     def distill(self):
+        teacher = self.freeze_baseline()
         if (self.data / "en-de-distilled" / "distill.json").exists():
             self.report.add("distillation", "skipped: the bundle carries en-de-distilled (distill.json).")
             return
-        checkpoints = self.work / "ref" / "checkpoints"
-        teacher = freeze_teacher(checkpoints, checkpoints / "baseline" / "checkpoint_best.pt")
         cmd = [sys.executable, "-m", "scripts.distill", "--data", self.data / "en-de", "--path", teacher,
                "--out", self.data / "en-de-distilled", "--beam", "5", "--batch-size", "256" if self.cuda else "64"]
         cmd += ["--fp16"] if self.cuda else ["--cpu"]
