@@ -152,6 +152,43 @@ def test_a_role_is_frozen_once_and_never_replaced(tmp_path, tiny_model):
         assert ("/teacher/" in words) == ("--init-from-l2r" in words), m["name"]
 
 
+def test_frozen_blockwise_heads_ship_without_their_base_and_decode_as_it(tmp_path, tiny_corpus, tiny_model):
+    """Frozen heads beside their base in models/ keep the heads only (the budget): stock fairseq-generate
+    loads the base from the checkpoint the config names and decodes exactly as the base; a replaced base
+    is refused by name, and the folder check reports it."""
+    from test_blockwise import train_heads
+    from fairseq_plugins.models import blockwise_transformer as bw
+
+    heads, _ = train_heads(tiny_corpus / "bin", tiny_model, tmp_path / "bw", 10, "--freeze-base")
+    store = rm.ReferenceModels(tmp_path / "models")
+    assert store.offer(entry("baseline", 300), tiny_model, tiny_corpus)
+    assert store.offer(entry("heads", 10), heads, tiny_corpus)
+    packed = torch.load(store.checkpoint("heads"), map_location="cpu", weights_only=False)
+    assert packed["model"] and all(k.startswith(bw.HEADS) for k in packed["model"])
+    assert store.entry("heads")["base"] == "baseline" and store.entry("heads")["bytes"] < store.entry("baseline")["bytes"]
+    assert store.problems() == []
+
+    def greedy(name, cwd):
+        out = run([fairseq_cli("fairseq-generate"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--path",
+                   f"{name}/checkpoint_best.pt", "--gen-subset", "test", "--beam", "1", "--batch-size", "16", "--cpu",
+                   "--task", "fast_translation", "--beam-search", "fairseq"], cwd=cwd).stdout
+        return sorted(line.split("\t") for line in out.splitlines() if line.startswith("H-"))
+
+    ours, base = greedy("heads", tmp_path / "models"), greedy("baseline", tmp_path / "models")
+    assert [(i, tokens) for i, _, tokens in ours] == [(i, tokens) for i, _, tokens in base] and len(ours) > 10
+    assert all(abs(float(a[1]) - float(b[1])) < 1e-5 for a, b in zip(ours, base))
+    # the heads' base replaced by another model: refused when loading, reported by the folder check
+    other = tmp_path / "other.pt"
+    state = torch.load(tiny_model, map_location="cpu", weights_only=False)
+    state["model"]["encoder.layers.0.fc1.bias"] += 1
+    torch.save(state, other)
+    assert store.offer(dict(entry("baseline", 300, converged=True, valid_bleu=1.0)), other, tiny_corpus)
+    assert "not the one its heads were trained on" in store.problems()[0]
+    with pytest.raises(bw.BlockwiseModelError, match="not the base these heads were trained on"):
+        bw.shipped_base_state(reference_run.argparse.Namespace(
+            base_checkpoint=str(store.checkpoint("baseline")), base_sha256=store.entry("heads")["base_sha256"]))
+
+
 def test_a_snapshot_of_another_corpus_is_not_resumed(tmp_path, tiny_model):
     store = rm.ReferenceModels(tmp_path / "models")
     store.offer(entry("m", 100), tiny_model, fake_corpus(tmp_path / "en-de"))

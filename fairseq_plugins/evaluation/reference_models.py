@@ -212,7 +212,9 @@ class ReferenceModels:
         if not better(entry, self.entry(name)):
             return False
         staged = self.folder / f".{name}.staged.pt"
-        size = pack_checkpoint(checkpoint, staged)
+        pack_checkpoint(checkpoint, staged)
+        base = self._share_frozen_base(staged, name)
+        size = staged.stat().st_size
         budget = self.manifest.get("budget_bytes", BUDGET_BYTES)
         total = folder_bytes(self.folder, leave_out={staged, self.checkpoint(name)}) + size
         if total > budget:
@@ -229,8 +231,37 @@ class ReferenceModels:
         self.models[name] = dict(entry, corpus_sha256=corpus_sha256(corpus), evaluation_data=f"{DATA}/{evaluation.name}",
                                  checkpoint=f"{name}/{CHECKPOINT}", bytes=size,
                                  sha256=file_sha256(self.checkpoint(name)))
+        if base:  # the heads only: their frozen base is this model of the folder
+            self.models[name].update(base=base, base_sha256=self.models[base]["sha256"])
         self.save()
         return True
+
+    def _share_frozen_base(self, staged, name):
+        """Frozen blockwise heads (``--freeze-base``) whose base is, weight for weight, a model of this folder
+        keep their heads only: ``staged`` is rewritten without the base, its config naming that model's
+        checkpoint (relative to the folder) and sha256 (``blockwise_transformer.shipped_base_state`` loads
+        it).  Returns the base's name, or None (the checkpoint stays whole)."""
+        import torch
+
+        from fairseq_plugins.models.blockwise_transformer import HEADS
+
+        state = torch.load(staged, map_location="cpu", weights_only=False)
+        cfg = state["cfg"]["model"]
+        if getattr(cfg, "arch", None) != "blockwise_transformer" or not getattr(cfg, "freeze_base", False):
+            return None
+        weights = state["model"]
+        base_keys = {k for k in weights if not k.startswith(HEADS)}
+        for other in sorted(n for n in self.models if n != name and not self.models[n].get("base")):
+            shipped = torch.load(self.checkpoint(other), map_location="cpu", weights_only=False)["model"]
+            if set(shipped) == base_keys and all(shipped[k].dtype == weights[k].dtype and shipped[k].shape == weights[k].shape
+                                                 and torch.equal(shipped[k], weights[k]) for k in base_keys):
+                state["model"] = {k: v for k, v in weights.items() if k.startswith(HEADS)}
+                cfg.base_checkpoint = f"{other}/{CHECKPOINT}"
+                cfg.base_sha256 = self.models[other]["sha256"]
+                with AtomicBinary(staged) as f:
+                    torch.save(state, f)
+                return other
+        return None
 
     def save(self):
         self.manifest["models"] = dict(sorted(self.models.items()))
@@ -239,9 +270,13 @@ class ReferenceModels:
 
     def problems(self):
         """What is wrong with the folder: a checkpoint missing or not matching its sha256, a missing
-        evaluation set, the budget passed."""
+        evaluation set, heads-only blockwise heads whose base is gone or was replaced, the budget passed."""
         found = []
         for name, entry in self.models.items():
+            base = entry.get("base")
+            if base and (self.entry(base) or {}).get("sha256") != entry["base_sha256"]:
+                found.append(f"{name}: its frozen base {base} is not the one its heads were trained on (replaced or "
+                             f"removed): train them again on it (scripts/convergence_run.sh), or remove {name}")
             path = self.folder / entry["checkpoint"]
             if not path.exists():
                 found.append(f"{name}: {path} is missing")

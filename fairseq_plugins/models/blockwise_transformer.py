@@ -15,13 +15,17 @@ Head 1 is the base model's own prediction through the identity path (footnote 1)
 engine's verifier read it unchanged, and a frozen base keeps its greedy output exactly.
 
 The saved checkpoint holds the base's architecture arguments and weights, so it decodes on its own
-(the ``--base-checkpoint`` file is only read when training starts).  ``--freeze-base`` sets
+(the ``--base-checkpoint`` file is only read when training starts).  The exception is a frozen-base
+checkpoint packed into the repository's ``models/`` beside its base (``evaluation.reference_models``):
+it keeps the heads only, names the base (``base_checkpoint``, relative to ``models/``) with its
+sha256, and loading takes the base's weights from there (:func:`shipped_base_state`).  ``--freeze-base`` sets
 ``requires_grad=False`` on every base parameter: fairseq's trainer builds its optimizer from the
 parameters that require gradients, so only the heads are updated (Stern §6.1 "frozen"); without it
 the whole model is fine-tuned (§6.1 "fine tuning").
 """
 import argparse
 import logging
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -38,6 +42,9 @@ logger = logging.getLogger(__name__)
 class BlockwiseModelError(ValueError):
     """A blockwise model cannot be built from these arguments; the message says how to fix it."""
 
+
+HEADS = "block_heads."  # the heads' parameters; every other entry of a state dict is the base's
+REPOSITORY_MODELS = Path(__file__).resolve().parents[2] / "models"  # where a packed heads-only checkpoint's base is
 
 # CLI values of these may differ from the base's (regularisation for the new training run);
 # every other architecture argument comes from the base checkpoint.
@@ -129,11 +136,42 @@ class BlockwiseTransformerModel(TransformerModel):
         for p in self.base_parameters():
             p.requires_grad_(False)
 
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """A checkpoint packed as its heads only (``models/``: the frozen base ships beside it) first
+        gets the base's weights from the checkpoint its config names."""
+        if state_dict and all(k.startswith(HEADS) for k in state_dict):
+            state_dict = {**shipped_base_state(model_cfg if model_cfg is not None else args), **state_dict}
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+
     def head_logits(self, features: torch.Tensor, head: int) -> torch.Tensor:
         """Logits of head ``head`` (1-based) at every position of ``features`` ``(..., d)``."""
         if head == 1:
             return self.decoder.output_layer(features)
         return self.decoder.output_layer(self.block_heads(features, head, head).squeeze(-2))
+
+
+def shipped_base_state(cfg):
+    """The base weights of a heads-only checkpoint: from its ``base_checkpoint`` (as given, else relative to
+    the repository's ``models/``), which must be the file of its ``base_sha256``."""
+    ref = getattr(cfg, "base_checkpoint", None)
+    if not ref:
+        raise BlockwiseModelError("this blockwise checkpoint holds the heads only and names no base checkpoint: "
+                                  "pass it with --model-overrides \"{'base_checkpoint': 'PATH'}\"")
+    tried = [Path(ref)] + ([] if Path(ref).is_absolute() else [REPOSITORY_MODELS / ref])
+    path = next((p for p in tried if p.is_file()), None)
+    if path is None:
+        raise BlockwiseModelError(
+            f"this blockwise checkpoint holds the heads only; its frozen base {ref} is not at {' nor '.join(map(str, tried))}: "
+            "pass it with --model-overrides \"{'base_checkpoint': 'PATH'}\"")
+    expected = getattr(cfg, "base_sha256", None)
+    if expected:
+        from fairseq_plugins.evaluation.reference_models import file_sha256
+
+        if file_sha256(path) != expected:
+            raise BlockwiseModelError(
+                f"{path} is not the base these heads were trained on (sha256 {expected[:12]}...): decode with that "
+                "checkpoint (models/MANIFEST.json names it) or train the heads again on this one")
+    return checkpoint_utils.load_checkpoint_to_cpu(str(path))["model"]
 
 
 def _load_base_state(args):
