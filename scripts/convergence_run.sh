@@ -3,10 +3,10 @@
 # background of a CPU machine (two trainings at a time, one thread each) or a GPU one:
 #   bash scripts/convergence_run.sh RUNS [STAGE2_MAX_UPDATE]
 # CONVERGENCE_PARALLEL=N trains N models at a time (default 2; 1 leaves a core free for other work).
-# Orders first: CONVERGENCE_TEACHER=CKPT freezes that checkpoint (the baseline while it still trains)
-# as the teacher, and stages 1 and 2 then run side by side, one model each, the drafters after stage 1
-# (they need the verifier); a run that finds a frozen teacher does the same.  Without one, the teacher
-# is stage 1's converged baseline.
+# Orders first: the teacher pinned in configs/reference/teacher.txt (a baseline snapshot in this
+# repository's history), or CONVERGENCE_TEACHER=CKPT, is frozen as the teacher, and stages 1 and 2 then
+# run side by side, one model each, the drafters after stage 1 (they need the verifier); a run that
+# finds a frozen teacher does the same.  Without either, the teacher is stage 1's converged baseline.
 # 1. the en-de and typo-correction corpora (skipped when built);
 # 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
 #    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
@@ -41,9 +41,15 @@ stage1() {
   $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
       --models-dir "$models" --max-update 12000 --interval 500 --parallel "$1" --min-points 4 --flatten-reference self
 }
-stage2() {
-  [ -f "$data/en-de-distilled/distill.json" ] || $py -m scripts.distill --data "$data/en-de" \
-      --path "$teacher" --out "$data/en-de-distilled" --beam 5 --batch-size 64
+stage2() {  # the distilled corpus: restored from models/ where it ships, else distilled and shipped there
+  if [ ! -f "$data/en-de-distilled/distill.json" ]; then
+    if [ -f "$models/data/en-de-distilled/distill.json" ]; then
+      $py -m scripts.distill --data "$data/en-de" --restore "$models/data/en-de-distilled" --out "$data/en-de-distilled"
+    else
+      $py -m scripts.distill --data "$data/en-de" --path "$teacher" --out "$data/en-de-distilled" --beam 5 \
+          --batch-size 64 --ship "$models/data/en-de-distilled"
+    fi
+  fi
   $py -m scripts.reference_run --models configs/reference/convergence_kd.txt --data "$data" --out "$ref" \
       --models-dir "$models" --max-update "$stage2_updates" --interval 500 --parallel "$1"
 }
@@ -55,6 +61,7 @@ freeze() {  # ROLE SOURCE: a checkpoint, or a model of stage 1 (the checkpoint m
       --models-dir "$models" --freeze "$1" "$2"
 }
 [ -z "${CONVERGENCE_TEACHER:-}" ] || freeze teacher "$CONVERGENCE_TEACHER"
+[ -f "$teacher" ] || [ ! -f configs/reference/teacher.txt ] || freeze teacher configs/reference/teacher.txt
 
 if [ -f "$teacher" ] && [ "$parallel" -ge 2 ]; then
   stage1 1 & gold=$!

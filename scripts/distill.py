@@ -31,9 +31,19 @@ Resumable: the split is translated in shards of ``--shard-size`` sentences, each
 ``OUT/shards/`` when complete; an interrupted run continues with the missing shards (the settings
 must be the same).  The shards stay for later re-assembly; delete them once ``distill.json`` exists.
 Progress (sentences, speed, ETA) is printed as it goes (tqdm).
+
+A distilled corpus outlives its machine through the repository: ``--ship DEST`` (e.g.
+``models/data/en-de-distilled``) writes the teacher's targets (xz) and ``distill.json`` there, and
+``--restore DEST`` (instead of ``--path``) rebuilds the same corpus from them without a teacher run:
+the same sources from ``--data``, the same targets, the same dictionaries, so the same binarized
+files (``evaluation.reference_models.corpus_sha256``), and a model trained on it goes on from its
+snapshot in ``models/`` on another machine::
+
+    python -m scripts.distill --data data/en-de --restore models/data/en-de-distilled --out data/en-de-distilled
 """
 import argparse
 import json
+import lzma
 import math
 import shutil
 import sys
@@ -59,8 +69,10 @@ SETTINGS = ("data", "teacher", "beam", "lenpen", "max_len_a", "max_len_b", "subs
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="corpus folder (with bin/) whose train split is distilled")
-    ap.add_argument("--path", required=True, help="teacher checkpoint")
+    ap.add_argument("--path", help="teacher checkpoint")
     ap.add_argument("--out", required=True, help="new corpus folder")
+    ap.add_argument("--ship", metavar="DEST", help="also write the targets (xz) and distill.json to DEST")
+    ap.add_argument("--restore", metavar="SHIPPED", help="rebuild the corpus from targets --ship wrote (no --path)")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     ap.add_argument("--max-tokens", type=int, default=8000, help="tokens per batch (the longer side of each pair, as fairseq counts)")
@@ -74,7 +86,10 @@ def parse_args(argv=None):
     ap.add_argument("--fp16", action="store_true", help="half precision on GPU")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU")
     ap.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if bool(args.path) == bool(args.restore):
+        ap.error("give the teacher (--path CKPT) or shipped targets (--restore SHIPPED), one of them")
+    return args
 
 
 def log(msg):
@@ -87,6 +102,13 @@ def shard_path(work, i):
 
 def main(argv=None):
     args = parse_args(argv)
+    record = restore(args) if args.restore else distill(args)
+    if args.ship:
+        ship(Path(args.out), Path(args.ship), record)
+    return record
+
+
+def distill(args):
     import torch
 
     torch.set_num_threads(args.threads)
@@ -171,6 +193,52 @@ def main(argv=None):
     record = dict(settings, sentences=n, gold_fallbacks=fallbacks, seconds=round(time.time() - start, 1))
     done_file.write_text(json.dumps(record, indent=1) + "\n")
     log(f"done: {out} ({n} sentences, {fallbacks} gold fallbacks)")
+    return record
+
+
+TARGETS = "{subset}.sub.{target}.xz"  # the shipped targets, one line per source sentence
+
+
+def ship(out, dest, record):
+    """The teacher's targets of corpus ``out`` (xz) and its record into ``dest``, written whole or not at all."""
+    name = TARGETS.format(**record)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with open(out / f"{record['subset']}.sub.{record['target']}", "rb") as f, lzma.open(tmp / name, "wb", preset=9) as z:
+        shutil.copyfileobj(f, z)
+    (tmp / "distill.json").write_text(json.dumps(record, indent=1) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    log(f"shipped {name} ({(dest / name).stat().st_size / 2**20:.2f} MiB) and distill.json to {dest}")
+
+
+def restore(args):
+    """The corpus of ``--restore``'s shipped targets: the sources of ``--data`` as the distillation wrote them."""
+    from fairseq.data import Dictionary, data_utils
+
+    shipped, data, out = Path(args.restore), Path(args.data), Path(args.out)
+    if not (shipped / "distill.json").exists():
+        raise DistillError(f"{shipped} holds no distill.json: give the folder --ship wrote")
+    record = json.loads((shipped / "distill.json").read_text())
+    src, tgt, subset = record["source"], record["target"], record["subset"]
+    with lzma.open(shipped / TARGETS.format(**record), "rt", encoding="utf-8", newline="\n") as f:
+        targets = f.read().split("\n")[:-1]
+    src_dict = Dictionary.load(str(data / "bin" / f"dict.{src}.txt"))
+    sources = data_utils.load_indexed_dataset(str(data / "bin" / f"{subset}.{src}-{tgt}.{src}"), src_dict)
+    if sources is None or len(sources) != len(targets):
+        raise DistillError(f"{data} has {0 if sources is None else len(sources)} {subset} sources, {shipped} "
+                           f"{len(targets)} targets: restore on the corpus they were distilled from")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{subset}.sub.{src}", "w", encoding="utf-8") as fs:
+        fs.writelines(src_dict.string(sources[i]) + "\n" for i in range(len(sources)))
+    with open(out / f"{subset}.sub.{tgt}", "w", encoding="utf-8") as ft:
+        ft.writelines(line + "\n" for line in targets)
+    binarize_split(out, data, src, tgt, subset, args.workers)
+    copy_corpus_files(data, out, subset)
+    record = dict(record, data=str(data.resolve()), restored_from=str(shipped.resolve()))
+    (out / "distill.json").write_text(json.dumps(record, indent=1) + "\n")
+    log(f"restored {out} from {shipped} ({len(targets)} sentences, teacher {record['teacher']})")
     return record
 
 

@@ -640,14 +640,38 @@ def plot(summary, path):
     plt.close(fig)
 
 
+def pinned_checkpoint(pin, dest, repo=REPO):
+    """A checkpoint of this repository's history named by a pin file (``COMMIT PATH SHA256``, ``#`` comments;
+    configs/reference/teacher.txt), written to ``dest`` once its sha256 is checked."""
+    import hashlib
+    import subprocess
+
+    words = shlex.split(pin.read_text(), comments=True)
+    if len(words) != 3:
+        raise SystemExit(f"error: {pin}: one line COMMIT PATH SHA256 expected")
+    commit, path, sha = words
+    proc = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {pin}: git cannot read {path} at {commit} ({proc.stderr.decode().strip()}); "
+                         "a shallow clone lacks it: git fetch --unshallow")
+    if hashlib.sha256(proc.stdout).hexdigest() != sha:
+        raise SystemExit(f"error: {pin}: {path} at {commit} does not have the sha256 the pin names")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(proc.stdout)
+    return dest
+
+
 def freeze_role(args, role, source):
-    """``--freeze ROLE SOURCE``: SOURCE is a checkpoint file, or the name of a model of ``--models``: the
+    """``--freeze ROLE SOURCE``: SOURCE is a checkpoint file, a pin file (``.txt``: a checkpoint of this
+    repository's history, :func:`pinned_checkpoint`), or the name of a model of ``--models``: the
     checkpoint this run exports for it (:func:`exported_checkpoint`: the one ``--models-dir`` ships),
     else the one ``--models-dir`` holds (a model converged there before this run)."""
     import torch
 
     checkpoint = Path(source)
-    if not checkpoint.is_file():
+    if checkpoint.suffix == ".txt" and checkpoint.is_file():
+        checkpoint = pinned_checkpoint(checkpoint, Path(args.out) / "checkpoints" / f".{role}.pinned.pt")
+    elif not checkpoint.is_file():
         models = {m["name"]: m for m in read_models(args.models)}
         if source not in models:
             raise SystemExit(f"error: --freeze {role} {source}: neither a checkpoint nor a model of {args.models}")
@@ -657,6 +681,8 @@ def freeze_role(args, role, source):
         if not checkpoint.exists() and args.models_dir:
             checkpoint = ReferenceModels(args.models_dir).checkpoint(source)
     frozen = freeze(Path(args.out) / "checkpoints", role, checkpoint)
+    if checkpoint.name.endswith(".pinned.pt"):
+        checkpoint.unlink()
     state = torch.load(frozen, map_location="cpu", weights_only=False, mmap=True)
     print(f"{role}: {frozen} ({state['optimizer_history'][-1]['num_updates']} updates)", flush=True)
 
@@ -689,7 +715,8 @@ def main(argv=None):
     ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
                     "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
     ap.add_argument("--freeze", nargs=2, metavar=("ROLE", "SOURCE"),
-                    help=f"only copy SOURCE (a checkpoint, or a model of --models: the checkpoint it exports) to "
+                    help=f"only copy SOURCE (a checkpoint, a pin file COMMIT PATH SHA256, or a model of --models: the "
+                         f"checkpoint it exports) to "
                          f"OUT/checkpoints/ROLE/ unless one is there already; ROLE: {', '.join(ROLES)}")
     ap.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)  # internal: one model's curve

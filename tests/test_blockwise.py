@@ -3,6 +3,8 @@ checkpoint, lossless decoding (identical to the BASE checkpoint's fairseq greedy
 sentence, batch 1 and mixed-length batch 8), model calls = Stern iterations + 1, the heads'
 training targets, --freeze-base, clear errors, sequence-level distillation, and the end-to-end
 contract command lines."""
+import json
+import lzma
 import math
 import re
 import shutil
@@ -15,6 +17,7 @@ import torch
 from conftest import PLUGIN_DIR, REPO, fairseq_cli, run
 from engine_helpers import MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches, reference_greedy
 from fairseq_plugins.decoding.width_policy import WidthPolicy
+from scripts import distill as distill_script
 
 K = 4
 HEAD_TRAIN_ARGS = [
@@ -438,6 +441,35 @@ def test_distillation_resumes_from_its_shards_and_keeps_gold_for_empty_outputs(m
     assert again[64] == gold[64] != lines[64] and again[65] == "▁Datei ▁nicht ▁gefunden"
     assert again[:64] == lines[:64] and again[66:] == lines[66:]
     assert "1 sentences without a teacher output" in log
+
+
+def test_a_shipped_distillation_restores_the_same_corpus_without_the_teacher(mini_corpus, distilled, tmp_path):
+    """--ship writes the targets (xz) and the record; --restore rebuilds byte-identical binarized splits
+    from them on the original corpus (what models/ keeps so that snapshots resume on a new machine)."""
+    from fairseq_plugins.evaluation.reference_models import corpus_sha256
+
+    out, _ = distilled
+    record = json.loads((out / "distill.json").read_text())
+    shipped = tmp_path / "shipped"
+    distill_script.ship(out, shipped, record)
+    assert sorted(p.name for p in shipped.iterdir()) == ["distill.json", "train.sub.de.xz"]
+    log = run([sys.executable, str(REPO / "scripts" / "distill.py"), "--data", str(mini_corpus), "--restore",
+               str(shipped), "--out", str(tmp_path / "again")]).stdout
+    assert "restored" in log
+    again = tmp_path / "again"
+    assert corpus_sha256(again) == corpus_sha256(out)
+    for name in ("train.sub.en", "train.sub.de", "test.de"):
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    assert json.loads((again / "distill.json").read_text())["teacher"] == record["teacher"]
+    # a corpus of another size is refused, and nothing is written
+    with pytest.raises(AssertionError, match="restore on the corpus they were distilled from"):
+        truncated = shipped.parent / "truncated"
+        shutil.copytree(shipped, truncated)
+        with lzma.open(truncated / "train.sub.de.xz", "wt", encoding="utf-8") as f:
+            f.write("eins\n")
+        run([sys.executable, str(REPO / "scripts" / "distill.py"), "--data", str(mini_corpus), "--restore",
+             str(truncated), "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
 
 
 def test_distilled_folder_trains_heads(tiny_model, distilled, tmp_path):

@@ -337,3 +337,32 @@ def test_a_model_whose_frozen_role_is_missing_waits_for_a_later_run(tmp_path, ca
     run = reference_run.ReferenceRun([m], args, gpu=False)
     run.start_trainings()
     assert not run.trainings and run.waiting == {"drafter": needs} and not run.pending
+
+
+def test_a_pinned_teacher_comes_from_the_repositorys_history_checked_by_sha256(tmp_path):
+    """configs/reference/teacher.txt names a baseline snapshot that models/ has since replaced: any clone
+    with the history gets the same bytes, and a wrong sha256 or a missing commit stops with a clear error."""
+    import hashlib
+
+    words = [w for w in (REPO / "configs/reference/teacher.txt").read_text().split("\n") if w and not w.startswith("#")]
+    assert len(words) == 1 and len(words[0].split()) == 3  # COMMIT PATH SHA256
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (repo / "model.pt").write_bytes(b"old weights")
+    subprocess.run(git + ["add", "model.pt"], check=True)
+    subprocess.run(git + ["commit", "-qm", "a snapshot"], check=True)
+    commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (repo / "model.pt").write_bytes(b"new weights")  # the working tree moved on
+    pin = tmp_path / "teacher.txt"
+    pin.write_text(f"# c\n{commit} model.pt {hashlib.sha256(b'old weights').hexdigest()}\n")
+    dest = reference_run.pinned_checkpoint(pin, tmp_path / "out.pt", repo)
+    assert dest.read_bytes() == b"old weights"
+    pin.write_text(f"{commit} model.pt {hashlib.sha256(b'new weights').hexdigest()}\n")
+    with pytest.raises(SystemExit, match="does not have the sha256"):
+        reference_run.pinned_checkpoint(pin, tmp_path / "out2.pt", repo)
+    pin.write_text(f"{'0' * 40} model.pt {hashlib.sha256(b'old weights').hexdigest()}\n")
+    with pytest.raises(SystemExit, match="git fetch --unshallow"):
+        reference_run.pinned_checkpoint(pin, tmp_path / "out3.pt", repo)
+    assert not (tmp_path / "out2.pt").exists() and not (tmp_path / "out3.pt").exists()
