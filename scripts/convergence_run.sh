@@ -12,8 +12,9 @@
 #    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
 #    at which it first was (no reference: its own curve, since two flat points can be a pause);
 # 3. the baseline frozen as teacher (RUNS/ref/checkpoints/teacher/: the distillation's teacher, the orders'
-#    warm start) and as verifier (verifier/: the drafters' and blockwise heads', the checkpoint models/
-#    ships), and the distilled corpus (beam 5; resumable by shards, skipped when distill.json exists);
+#    warm start) and as verifier (verifier/: the drafters' and blockwise heads'), both the checkpoint
+#    models/ ships, and the distilled corpus (beam 5; resumable by shards, skipped when distill.json
+#    exists; shipped in models/data/en-de-distilled, and restored from there on another machine);
 # 4. stage 2, distilled corpus: every order, the L2R control, blockwise heads and the GAD drafters
 #    (configs/reference/convergence_kd.txt), each order stopped at the issue's rule (>= 5 points, the
 #    last at >= 3x the updates at which l2r_kd flattened), at most STAGE2_MAX_UPDATE (30000) updates;
@@ -39,7 +40,8 @@ data=$runs/data ref=$runs/ref
 
 stage1() {
   $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-      --models-dir "$models" --max-update 12000 --interval 500 --parallel "$1" --min-points 4 --flatten-reference self
+      --models-dir "$models" --max-update 12000 --interval 500 --parallel "$1" --min-points 4 --flatten-reference self \
+      --snapshot  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
 }
 stage2() {  # the distilled corpus: restored from models/ where it ships, else distilled and shipped there
   if [ ! -f "$data/en-de-distilled/distill.json" ]; then
@@ -56,10 +58,8 @@ stage2() {  # the distilled corpus: restored from models/ where it ships, else d
 # the baseline's roles in stage 2 ({CKPT}/teacher/, {CKPT}/verifier/ in convergence_kd.txt), each copied
 # once and never replaced: the distilled corpus, the warm starts and the drafters see the same weights
 teacher=$ref/checkpoints/teacher/checkpoint_best.pt
-freeze() {  # ROLE SOURCE: a checkpoint, or a model of stage 1 (the checkpoint models/ ships of it)
-  $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-      --models-dir "$models" --freeze "$1" "$2"
-}
+freeze() { $py -m scripts.reference_run --out "$ref" --freeze "$1" "$2"; }  # ROLE CHECKPOINT-or-PIN
+shipped=$models/baseline/checkpoint_best.pt  # stage 1's baseline as models/ ships it (fp16), once stage 1 ends
 [ -z "${CONVERGENCE_TEACHER:-}" ] || freeze teacher "$CONVERGENCE_TEACHER"
 [ -f "$teacher" ] || [ ! -f configs/reference/teacher.txt ] || freeze teacher configs/reference/teacher.txt
 
@@ -67,12 +67,12 @@ if [ -f "$teacher" ] && [ "$parallel" -ge 2 ]; then
   stage1 1 & gold=$!
   stage2 1  # the orders; the drafters wait for the verifier
   wait "$gold"
-  freeze verifier baseline
+  freeze verifier "$shipped"
   stage2 "$parallel"
 else
   stage1 "$parallel"
-  freeze teacher baseline
-  freeze verifier baseline
+  freeze teacher "$shipped"
+  freeze verifier "$shipped"
   stage2 "$parallel"
 fi
 

@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 from fairseq_plugins.corpora.binarize import binarize
 from fairseq_plugins.evaluation import EvaluationError
+from fairseq_plugins.evaluation.reference_models import file_sha256
 from fairseq_plugins.evaluation.generation import Generation
 
 
@@ -190,7 +191,8 @@ def distill(args):
         log(f"{fallbacks} sentences without a teacher output (empty, or too long for the teacher) keep their gold target")
     binarize_split(out, data, src, tgt, args.subset, args.workers)
     copy_corpus_files(data, out, args.subset)
-    record = dict(settings, sentences=n, gold_fallbacks=fallbacks, seconds=round(time.time() - start, 1))
+    record = dict(settings, teacher_sha256=file_sha256(args.path), sentences=n, gold_fallbacks=fallbacks,
+                  seconds=round(time.time() - start, 1))
     done_file.write_text(json.dumps(record, indent=1) + "\n")
     log(f"done: {out} ({n} sentences, {fallbacks} gold fallbacks)")
     return record

@@ -662,24 +662,13 @@ def pinned_checkpoint(pin, dest, repo=REPO):
 
 
 def freeze_role(args, role, source):
-    """``--freeze ROLE SOURCE``: SOURCE is a checkpoint file, a pin file (``.txt``: a checkpoint of this
-    repository's history, :func:`pinned_checkpoint`), or the name of a model of ``--models``: the
-    checkpoint this run exports for it (:func:`exported_checkpoint`: the one ``--models-dir`` ships),
-    else the one ``--models-dir`` holds (a model converged there before this run)."""
+    """``--freeze ROLE SOURCE``: SOURCE is a checkpoint file, or a pin file (``.txt``: a checkpoint of this
+    repository's history, :func:`pinned_checkpoint`)."""
     import torch
 
     checkpoint = Path(source)
     if checkpoint.suffix == ".txt" and checkpoint.is_file():
         checkpoint = pinned_checkpoint(checkpoint, Path(args.out) / "checkpoints" / f".{role}.pinned.pt")
-    elif not checkpoint.is_file():
-        models = {m["name"]: m for m in read_models(args.models)}
-        if source not in models:
-            raise SystemExit(f"error: --freeze {role} {source}: neither a checkpoint nor a model of {args.models}")
-        if not args.data:
-            raise SystemExit("error: --freeze of a model needs --data (its corpus decides which checkpoint it exports)")
-        checkpoint = exported_checkpoint(models[source], args.out, args.data)
-        if not checkpoint.exists() and args.models_dir:
-            checkpoint = ReferenceModels(args.models_dir).checkpoint(source)
     frozen = freeze(Path(args.out) / "checkpoints", role, checkpoint)
     if checkpoint.name.endswith(".pinned.pt"):
         checkpoint.unlink()
@@ -715,8 +704,8 @@ def main(argv=None):
     ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
                     "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
     ap.add_argument("--freeze", nargs=2, metavar=("ROLE", "SOURCE"),
-                    help=f"only copy SOURCE (a checkpoint, a pin file COMMIT PATH SHA256, or a model of --models: the "
-                         f"checkpoint it exports) to "
+                    help=f"only copy SOURCE (a checkpoint, or a pin file COMMIT PATH SHA256 of this repository's "
+                         f"history) to "
                          f"OUT/checkpoints/ROLE/ unless one is there already; ROLE: {', '.join(ROLES)}")
     ap.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)  # internal: one model's curve

@@ -303,21 +303,12 @@ def torch_load(path):
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def test_freeze_copies_a_checkpoint_or_a_models_export_once(tmp_path, tiny_model, capsys):
+def test_freeze_copies_a_checkpoint_once_and_needs_no_data(tmp_path, tiny_model, capsys):
     reference_run.main(["--out", str(tmp_path / "ref"), "--freeze", "teacher", str(tiny_model)])
     teacher = tmp_path / "ref" / "checkpoints" / "teacher" / "checkpoint_best.pt"
     assert teacher.read_bytes() == tiny_model.read_bytes() and "updates)" in capsys.readouterr().out
-    # a model's name: the checkpoint the run exports for it (gold corpus: its best)
-    lst = tmp_path / "list.txt"
-    lst.write_text("base configs/models/baseline.args en-de\n")
-    best = tmp_path / "ref" / "checkpoints" / "base" / "checkpoint_best.pt"
-    best.parent.mkdir(parents=True)
-    best.write_bytes(tiny_model.read_bytes())
-    reference_run.main(["--models", str(lst), "--data", str(tmp_path), "--out", str(tmp_path / "ref"),
-                        "--freeze", "verifier", "base"])
-    assert (tmp_path / "ref" / "checkpoints" / "verifier" / "checkpoint_best.pt").read_bytes() == tiny_model.read_bytes()
-    with pytest.raises(SystemExit, match="neither a checkpoint nor a model"):
-        reference_run.main(["--models", str(lst), "--out", str(tmp_path / "ref"), "--freeze", "verifier", "other"])
+    with pytest.raises(FileNotFoundError, match="no verifier checkpoint"):
+        reference_run.main(["--out", str(tmp_path / "ref"), "--freeze", "verifier", str(tmp_path / "missing.pt")])
     with pytest.raises(SystemExit):  # training still needs the data root
         reference_run.main(["--out", str(tmp_path / "ref")])
     assert "--data is required" in capsys.readouterr().err
