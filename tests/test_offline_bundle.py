@@ -192,3 +192,21 @@ def test_cp312_wheel_is_built_when_python312_exists(tmp_path):
              "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n")
     build_python = bundle_mod.build_python(py312, "cp312")  # has numpy, which data_utils_fast needs
     subprocess.run([str(build_python), "-c", probe, str(target)], check=True)
+
+
+def test_a_distilled_corpus_travels_with_its_teacher(tmp_path, tiny_model):
+    """The orders on the GPU warm-start from the teacher of the distilled corpus they train on: the bundle
+    carries it beside the corpus, and refuses a corpus whose teacher is gone."""
+    kd = tmp_path / "data" / "en-de-distilled"
+    (kd / "bin").mkdir(parents=True)
+    (kd / "bin" / "train.en-de.de.bin").write_bytes(b"x")
+    (kd / "train.sub.de").write_text("stays home\n")
+    (kd / "distill.json").write_text(json.dumps({"teacher": str(tiny_model)}))
+    found = bundle_mod.copy_corpora(tmp_path / "data", tmp_path / "bundle")
+    assert found["en-de-distilled"]["teacher"] == str(tiny_model)
+    assert (tmp_path / "bundle" / "en-de-distilled" / bundle_mod.TEACHER).read_bytes() == tiny_model.read_bytes()
+    assert not (tmp_path / "bundle" / "en-de-distilled" / "train.sub.de").exists()
+    (kd / "distill.json").write_text(json.dumps({"teacher": str(tmp_path / "gone.pt")}))
+    with pytest.raises(bundle_mod.BundleError, match="names the teacher"):
+        bundle_mod.copy_corpora(tmp_path / "data", tmp_path / "bundle2")
+    assert not (tmp_path / "bundle2" / "en-de-distilled").exists()  # nothing half-copied

@@ -38,6 +38,7 @@ FAIRSEQ = ("fairseq-fixed", "0.12.3.1")
 DEPENDENCIES = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "bitarray", "cffi", "pycparser")
 SDIST_ONLY = ("antlr4-python3-runtime",)  # no wheel on PyPI: one pure-Python wheel built here serves every Python
 CORPORA = ("en-de", "en-de-distilled", "typo-en")
+TEACHER = "teacher.pt"  # in a distilled corpus's folder: the checkpoint its distill.json names
 CORPUS_COMMANDS = {"en-de": "python -m scripts.build_message_corpus --pair en-de --out {data}/en-de",
                    "typo-en": "python -m scripts.build_typo_corpus --out {data}/typo-en",
                    "en-de-distilled": "built by the train part (scripts.distill) from the trained baseline"}
@@ -175,6 +176,11 @@ def copy_corpora(data, dest):
         if src is None or not (src / "bin").is_dir():
             found[name] = {"missing": True, "command": CORPUS_COMMANDS[name]}
             continue
+        record = src / "distill.json"
+        teacher = Path(json.loads(record.read_text())["teacher"]) if record.exists() else None
+        if teacher is not None and not teacher.is_file():  # the orders trained on it warm-start from its teacher
+            raise BundleError(f"{record} names the teacher {teacher}, which is not here: the orders trained on "
+                              f"{name} warm-start from it; leave {name} out of --data or restore the teacher")
         target = dest / name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(src / "bin", target / "bin")
@@ -182,6 +188,9 @@ def copy_corpora(data, dest):
             if p.is_file() and not p.name.startswith("train."):
                 shutil.copy(p, target / p.name)
         found[name] = {"from": str(src.resolve())}
+        if teacher is not None:  # the teacher travels with its corpus
+            shutil.copy(teacher, target / TEACHER)
+            found[name]["teacher"] = str(teacher)
     return found
 
 

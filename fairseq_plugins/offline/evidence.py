@@ -31,6 +31,7 @@ from fairseq_plugins.evaluation import train_log
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 from fairseq_plugins.evaluation.reference_models import ROLES, freeze, pack_checkpoint
 from fairseq_plugins.offline import limits
+from fairseq_plugins.offline.bundle import TEACHER
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "gpu" / "recipe.json"
@@ -311,12 +312,15 @@ class Evidence:
 
     def freeze_baseline(self):
         """Stage 1's baseline (its exported checkpoint, the one packed) as every role of stage 2's list:
-        teacher, warm start, the drafters' verifier.  Returns the teacher."""
+        teacher, warm start, the drafters' verifier; the teacher is the bundled corpus's own when the
+        bundle carries the distilled corpus.  Returns the teacher."""
         from scripts.reference_run import exported_checkpoint
 
         checkpoints = self.work / "ref" / "checkpoints"
         baseline = exported_checkpoint(self.read_models(GOLD)["baseline"], self.work / "ref", self.data)
-        return [freeze(checkpoints, role, baseline) for role in ROLES][0]
+        carried = self.data / "en-de-distilled" / TEACHER
+        return [freeze(checkpoints, role, carried if role == "teacher" and carried.exists() else baseline)
+                for role in ROLES][0]
 
     def distill(self):
         teacher = self.freeze_baseline()
