@@ -679,7 +679,7 @@ def freeze_role(args, role, source):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=str(REPO / "configs/reference/orders.txt"))
-    ap.add_argument("--data", help="data root holding the corpora named in the list (required but with --freeze-teacher)")
+    ap.add_argument("--data", help="data root holding the corpora named in the list (required except with --freeze)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--names", nargs="*", help="only these models of the list")
     ap.add_argument("--max-update", type=int, default=8000, help="stop a training that has not converged here")
@@ -704,9 +704,8 @@ def main(argv=None):
     ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
                     "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
     ap.add_argument("--freeze", nargs=2, metavar=("ROLE", "SOURCE"),
-                    help=f"only copy SOURCE (a checkpoint, or a pin file COMMIT PATH SHA256 of this repository's "
-                         f"history) to "
-                         f"OUT/checkpoints/ROLE/ unless one is there already; ROLE: {', '.join(ROLES)}")
+                    help="only copy SOURCE (a checkpoint, or a pin file COMMIT PATH SHA256 of this repository's history) "
+                         f"to OUT/checkpoints/ROLE/ unless one is there already; ROLE: {', '.join(ROLES)}")
     ap.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)  # internal: one model's curve
     ap.add_argument("--name", help=argparse.SUPPRESS)

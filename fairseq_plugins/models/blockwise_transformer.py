@@ -152,26 +152,23 @@ class BlockwiseTransformerModel(TransformerModel):
 
 def shipped_base_state(cfg):
     """The base weights of a heads-only checkpoint: from its ``base_checkpoint`` (as given, else relative to
-    the repository's ``models/``), which must be the file of its ``base_sha256``."""
-    ref = getattr(cfg, "base_checkpoint", None)
-    if not ref:
-        raise BlockwiseModelError("this blockwise checkpoint holds the heads only and names no base checkpoint: "
-                                  "pass it with --model-overrides \"{'base_checkpoint': 'PATH'}\"")
-    tried = [Path(ref)] + ([] if Path(ref).is_absolute() else [REPOSITORY_MODELS / ref])
-    path = next((p for p in tried if p.is_file()), None)
-    if path is None:
-        raise BlockwiseModelError(
-            f"this blockwise checkpoint holds the heads only; its frozen base {ref} is not at {' nor '.join(map(str, tried))}: "
-            "pass it with --model-overrides \"{'base_checkpoint': 'PATH'}\"")
-    expected = getattr(cfg, "base_sha256", None)
-    if expected:
-        from fairseq_plugins.evaluation.reference_models import file_sha256
+    the repository's ``models/``), the first of those files that has its ``base_sha256``."""
+    from fairseq_plugins.evaluation.reference_models import file_sha256
 
-        if file_sha256(path) != expected:
-            raise BlockwiseModelError(
-                f"{path} is not the base these heads were trained on (sha256 {expected[:12]}...): decode with that "
-                "checkpoint (models/MANIFEST.json names it) or train the heads again on this one")
-    return checkpoint_utils.load_checkpoint_to_cpu(str(path))["model"]
+    ref = getattr(cfg, "base_checkpoint", None)
+    override = "pass it with --model-overrides \"{'base_checkpoint': 'PATH'}\""
+    if not ref:
+        raise BlockwiseModelError(f"this blockwise checkpoint holds the heads only and names no base checkpoint: {override}")
+    tried = [p for p in [Path(ref)] + ([] if Path(ref).is_absolute() else [REPOSITORY_MODELS / ref]) if p.is_file()]
+    expected = getattr(cfg, "base_sha256", None)
+    found = [p for p in tried if expected is None or file_sha256(p) == expected]
+    if not found:
+        raise BlockwiseModelError(
+            f"this blockwise checkpoint holds the heads only; its frozen base {ref} " +
+            (f"is not found: {override}" if not tried else
+             f"(sha256 {expected[:12]}...) is none of {', '.join(map(str, tried))}: decode with the base these heads were "
+             f"trained on (models/MANIFEST.json names it; {override}) or train the heads again on this one"))
+    return checkpoint_utils.load_checkpoint_to_cpu(str(found[0]))["model"]
 
 
 def _load_base_state(args):
