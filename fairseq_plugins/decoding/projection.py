@@ -107,6 +107,7 @@ class Product:
         self._transposed = transposed  # plain kernel x @ W^T from a contiguous copy (else F.linear)
         self._w: Optional[Tensor] = None
         self._t: Optional[Tensor] = None
+        self._wt: Optional[Tensor] = None  # W^T as a view (no copy): the addmm F.linear makes of a 2-D input
         self._b: Optional[Tensor] = None
         self._packed: Optional[Tensor] = None
         self._choice: Optional[KernelChoice] = None
@@ -123,6 +124,7 @@ class Product:
         w = w[:n].detach()
         self._w, self._b = w, None if b is None else b[:n].detach()
         self._t = w.t().contiguous() if self._transposed else None
+        self._wt = w.t()
         self._packed, self._choice, self._kernels, self._shapes = None, None, {}, set()
         if w.device.type == "cpu" and w.dtype == torch.float32 and packing_available():
             # no rows hint: a hint of 1 packs for GEMV, 1.7x slower at 2-10 rows
@@ -138,7 +140,11 @@ class Product:
         return self._choice is not None and all(packed for b, packed in self._choice.picks.items() if b > 1)
 
     def _plain(self, x: Tensor) -> Tensor:
-        return x @ self._t if self._t is not None else F.linear(x, self._w, self._b)
+        if self._t is not None:
+            return x @ self._t
+        if x.dim() == 2:  # what F.linear runs for a 2-D input, without its dispatch and views (same result, bitwise)
+            return torch.mm(x, self._wt) if self._b is None else torch.addmm(self._b, x, self._wt)
+        return F.linear(x, self._w, self._b)
 
     def _packed_product(self, x: Tensor) -> Tensor:
         """oneDNN's product with the rows padded (:func:`padded_rows`)."""

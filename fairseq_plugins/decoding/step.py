@@ -243,6 +243,7 @@ class DecoderStep:
         else:
             mask = attn_mask
         ctx = (cache, mask, scatter if cache is not None else None, enc_side, B, m)
+        x = x.reshape(B * m, -1)  # the layers run on (B*m, d): their products are plain 2-D GEMMs
         e = 0
         for i, lw in enumerate(self.layers):
             x = self._layer(i, e, lw, x, ctx)
@@ -252,13 +253,15 @@ class DecoderStep:
             x = dec.layer_norm(x)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
+        x = x.view(B, m, -1)
         return (None if project is None else self.output_layer(x[:, project])), x
 
     def output_layer(self, x: Tensor) -> Tensor:
         return self.vocab_projection(x)
 
     def _layer(self, i: int, e: int, lw: DecoderLayerWeights, x: Tensor, ctx) -> Tensor:
-        """fairseq's TransformerDecoderLayerBase.forward in inference mode (``e``: encoder-attention index)."""
+        """fairseq's TransformerDecoderLayerBase.forward in inference mode (``e``: encoder-attention index)
+        on ``x`` ``(B*m, d)``."""
         x = self._self_attention(i, lw, x, ctx)
         enc_side = ctx[3]
         if lw.has_ea and enc_side is not None and enc_side.enc_k:
@@ -280,7 +283,7 @@ class DecoderStep:
                 kb.scatter_(2, scatter, k)
                 vb.scatter_(2, scatter, v)
             k, v = kb[:, :, : past + m], vb[:, :, : past + m]
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, m, -1)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B * m, -1)
         x = residual + lw.sa_o(a)
         return x if lw.pre else apply_layer_norm(x, lw.sa_ln)
 
@@ -292,7 +295,7 @@ class DecoderStep:
         # (B, m, H, dh) -> per source: (B / g, H, g * m, dh); the g rows of a source attend to its keys at once
         q = lw.ea_q(h).view(B // g, g * m, H, dh).transpose(1, 2)
         a = F.scaled_dot_product_attention(q, enc_side.enc_k[e], enc_side.enc_v[e], attn_mask=enc_side.enc_mask)
-        x = residual + lw.ea_o(a.transpose(1, 2).reshape(B, m, -1))
+        x = residual + lw.ea_o(a.transpose(1, 2).reshape(B * m, -1))
         return x if lw.pre else apply_layer_norm(x, lw.ea_ln)
 
     def _feed_forward(self, lw: DecoderLayerWeights, x: Tensor) -> Tensor:

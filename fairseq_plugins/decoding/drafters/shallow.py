@@ -62,15 +62,16 @@ class MaskSlotStep(DecoderStep):
         (at ``slots``); the new tokens' keys/values are written at the cache's length (``causal``:
         the earlier layers' mask over the cache and the call's columns; ``added``: the verifier features' input)."""
         B, m = tokens.shape
-        x = self.embed(tokens, slots, added)
+        x = self.embed(tokens, slots, added).reshape(B * m, -1)  # the layers run on (B*m, d), as DecoderStep's
         cache.ensure_capacity(cache.max_length + m)
         e = 0
         for i, lw in enumerate(self.layers[:-1]):
             x = self._layer(i, e, lw, x, (cache, causal, None, cache, B, m))
             e += lw.has_ea
         last = self.layers[-1]
-        x = self._mask_slot_attention(len(self.layers) - 1, last, x, cache, fresh)
+        x = self._mask_slot_attention(len(self.layers) - 1, last, x.view(B, m, -1), cache, fresh)
         ctx = (cache, None, None, cache, B, m - fresh)
+        x = x.reshape(B * (m - fresh), -1)
         if last.has_ea and cache.enc_k:
             x = self._encoder_attention(e, last, x, ctx)
         x = self._feed_forward(last, x)
@@ -79,7 +80,7 @@ class MaskSlotStep(DecoderStep):
             x = dec.layer_norm(x)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
-        return x
+        return x.view(B, m - fresh, -1)
 
     def _mask_slot_attention(self, i: int, lw: DecoderLayerWeights, x: Tensor, cache: KVCache, fresh: int) -> Tensor:
         B, m, _ = x.shape
