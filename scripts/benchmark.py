@@ -17,7 +17,9 @@ In ``args``, ``{CKPT}`` stands for the checkpoints root and ``{DATA}`` for the d
 ``--drafter-path {CKPT}/gad_drafter/checkpoint_best.pt``; ``--skip-missing`` skips it while untrained).
 Optional: ``family`` (the plot's marker: anchors, orders, draft-and-verify, non-autoregressive;
 default from the row, see :func:`family_of`), ``"vs_beam5": true`` (the row must get
-``ratio_vs_beam5``: an error when no fairseq beam-5 baseline row runs).
+``ratio_vs_beam5``: an error when no fairseq beam-5 baseline row runs), ``group`` (rows are timed
+against the baseline of their own group on the same corpus, beam and batch size: orders.json's rows
+against L2R-KD beside reference.json's against fairseq's greedy on the baseline).
 ``"lossless": true`` rows are compared with the baseline row of their own checkpoint at the same
 beam (greedy for the drafters; fairseq's beam k for the lean beam search), or of ``"greedy_model"``
 (frozen blockwise heads must reproduce their base model's greedy output).
@@ -346,22 +348,29 @@ def _corpus_folder(row, data):
     return str(Path(data).parent / row["corpus"]) if "corpus" in row else str(data)
 
 
+def _group(row):
+    """The row's reference group: rows are timed against the baseline of their own group (``"group"``, e.g.
+    the orders against L2R-KD) on the same corpus, beam and batch size; default: the corpus's."""
+    return row.get("group", "")
+
+
 def _check_plan(plan, data):
-    """Fail before anything runs: one baseline per (corpus, batch size, beam); rows that ask for
+    """Fail before anything runs: one baseline per (corpus, batch size, beam, group); rows that ask for
     ratio_vs_beam5 have a fairseq beam-5 baseline on their corpus."""
     baselines = {}
     for row, beam, bs in plan:
         if row.get("baseline"):
-            key = (_corpus_folder(row, data), bs, beam)
+            key = (_corpus_folder(row, data), bs, beam, _group(row))
             if key in baselines and baselines[key] != row["method"]:
                 raise BenchmarkError(f"rows '{baselines[key]}' and '{row['method']}' are both baselines for "
-                                     f"{Path(key[0]).name}, beam {beam}, batch {bs}: mark only one \"baseline\": true")
+                                     f"{Path(key[0]).name}, beam {beam}, batch {bs}: mark only one \"baseline\": true, "
+                                     "or give one of them (and the rows timed against it) its own \"group\"")
             baselines[key] = row["method"]
     for row, beam, bs in plan:
         if row.get("control") and not (row.get("lossless") and _drafter_of(row) == "none"):
             raise BenchmarkError(f"row '{row['method']}' is a control: it must be the engine's greedy "
                                  "(\"args\": \"... --drafter none\", \"lossless\": true)")
-        if row.get("vs_beam5") and (_corpus_folder(row, data), bs, 5) not in baselines:
+        if row.get("vs_beam5") and (_corpus_folder(row, data), bs, 5, _group(row)) not in baselines:
             raise BenchmarkError(f"row '{row['method']}' asks for ratio_vs_beam5 but no baseline row decodes "
                                  f"{Path(_corpus_folder(row, data)).name} with beam 5 at batch {bs}: add 5 to the "
                                  "\"beams\" of the fairseq beam baseline row")
@@ -444,8 +453,9 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
                                      "true, the same beam) ran before it on the same model and batch size")
             identical = sum(tokens[i] == ref[i] for i in ids) / len(ids)
         # timing, interleaved with the reference (a greedy baseline is the reference of itself)
-        reference = None if baseline and beam == 1 else (references.get((folder, bs, beam))
-                                                          or references.get((folder, bs, 1)))
+        group = _group(row)
+        reference = None if baseline and beam == 1 else (references.get((folder, bs, beam, group))
+                                                          or references.get((folder, bs, 1, group)))
         runners = [runner] + ([reference[0]] if reference else [])
         # a drafting row is also timed beside the engine's greedy on the same model (its own no-drafter
         # path): the ratio the "drafting never loses to greedy" goal is about, measured pair by pair
@@ -471,7 +481,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
         result = {
             "method": row["method"], "family": families[row["method"]],
             "config": row.get("args", backend).strip() or backend,
-            "model": row.get("model", str(ckpt)), "corpus": corpus.folder.name, "batch_size": bs, "beam": beam,
+            "model": row.get("model", str(ckpt)), "corpus": corpus.folder.name, "group": group, "batch_size": bs, "beam": beam,
             "bleu": q["bleu"], "bleu_bp": q["bp"], "bleu_ratio": q["ratio"], "sacrebleu_signature": q["signature"],
             "sentences": q["sentences"], "bleu_batch_size": q["bleu_batch_size"],
             "timed_sentences": n_sentences(timed), "runs": runs, "timed_tokens": produced,
@@ -502,7 +512,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             f"  calls {calls}" + (f"  identical {identical:.3f} of {len(ids)}" if identical is not None else ""),
             flush=True)
         if baseline:
-            references[(folder, bs, beam)] = (runner, result)
+            references[(folder, bs, beam, group)] = (runner, result)
         elif _is_engine_greedy(row) and beam == 1:
             engines[(folder, bs, str(ckpt))] = runner
         del runner
@@ -538,14 +548,14 @@ def add_derived_ratios(results, vs_beam5=()):
     the same corpus and batch size."""
     greedy, ct2, beam5 = {}, {}, {}
     for r in results:
-        key = (r["corpus"], r["batch_size"])
+        key = (r["corpus"], r["batch_size"], r.get("group", ""))
         if r["baseline"] and r["backend"] == "fairseq":
             if r["beam"] == 1:
                 greedy[key] = r
             elif r["beam"] == 5:
                 beam5[key] = r
     for r in results:
-        key = (r["corpus"], r["batch_size"])
+        key = (r["corpus"], r["batch_size"], r.get("group", ""))
         if r["backend"] == "ctranslate2" and r["beam"] == 1:
             # the CTranslate2 conversion of the greedy baseline's model when there are several
             if key not in ct2 or (key in greedy and r["model"] == greedy[key]["model"]):
@@ -555,7 +565,7 @@ def add_derived_ratios(results, vs_beam5=()):
         return round(a / b, 3) if a is not None and b else None
 
     for r in results:
-        key = (r["corpus"], r["batch_size"])
+        key = (r["corpus"], r["batch_size"], r.get("group", ""))
         x = r["ratio_vs_greedy"]
         if key in ct2:
             r["ratio_vs_ct2"] = ratio(x, ct2[key]["ratio_vs_greedy"])

@@ -343,6 +343,21 @@ def test_order_rows_are_the_convergence_runs_models_timed_against_l2r_kd_at_thei
         assert benchmark.family_of(r) == "orders"
 
 
+def test_a_group_times_its_rows_against_its_own_baseline(tiny_corpus, tmp_path, monkeypatch):
+    """reference.json and orders.json in one run (the demo): the orders are timed against L2R-KD, their
+    group's baseline, while the other rows keep fairseq's greedy on the baseline model."""
+    per_pass = {("fairseq greedy", 1): 0.2, ("engine greedy", 1): 0.1, ("L2R-KD", 1): 0.4, ("IBDecoder", 1): 0.1}
+    rows = [{"method": "fairseq greedy", "baseline": True},
+            {"method": "engine greedy", "args": "--drafter none", "lossless": True},
+            {"method": "L2R-KD", "baseline": True, "group": "orders"},
+            {"method": "IBDecoder", "args": "--target-order interleave", "group": "orders"}]
+    results, _ = run_stubs(rows, per_pass, tiny_corpus, tmp_path, monkeypatch)
+    by = {r["method"]: r for r in results}
+    assert by["IBDecoder"]["speed_ratio"] == pytest.approx(4.0) and by["IBDecoder"]["ratio_vs"].startswith("L2R-KD")
+    assert by["engine greedy"]["speed_ratio"] == pytest.approx(2.0)
+    assert by["engine greedy"]["ratio_vs"].startswith("fairseq greedy")
+
+
 def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
     rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "baseline": True}]
     with pytest.raises(benchmark.BenchmarkError, match="both baselines"):
