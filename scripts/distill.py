@@ -178,19 +178,13 @@ def distill(args):
         if len(lines) != expected:
             raise DistillError(f"{shard_path(work, i)} has {len(lines)} lines, expected {expected}: remove it and rerun")
         hyps.extend(lines)
-    fallbacks = 0
-    with open(out / f"{args.subset}.sub.{src}", "w", encoding="utf-8") as fs, \
-            open(out / f"{args.subset}.sub.{tgt}", "w", encoding="utf-8") as ft:
-        for i, hyp in enumerate(hyps):
-            if not hyp.strip():
-                hyp = tgt_dict.string(ds.tgt[i])
-                fallbacks += 1
-            fs.write(src_dict.string(ds.src[i]) + "\n")
-            ft.write(hyp + "\n")
+    gold = [i for i, hyp in enumerate(hyps) if not hyp.strip()]
+    for i in gold:
+        hyps[i] = tgt_dict.string(ds.tgt[i])
+    fallbacks = len(gold)
     if fallbacks:
         log(f"{fallbacks} sentences without a teacher output (empty, or too long for the teacher) keep their gold target")
-    binarize_split(out, data, src, tgt, args.subset, args.workers)
-    copy_corpus_files(data, out, args.subset)
+    write_corpus(out, data, src, tgt, args.subset, [src_dict.string(ds.src[i]) for i in range(n)], hyps, args.workers)
     record = dict(settings, teacher_sha256=file_sha256(args.path), sentences=n, gold_fallbacks=fallbacks,
                   seconds=round(time.time() - start, 1))
     done_file.write_text(json.dumps(record, indent=1) + "\n")
@@ -232,16 +226,22 @@ def restore(args):
         raise DistillError(f"{data} has {0 if sources is None else len(sources)} {subset} sources, {shipped} "
                            f"{len(targets)} targets: restore on the corpus they were distilled from")
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / f"{subset}.sub.{src}", "w", encoding="utf-8") as fs:
-        fs.writelines(src_dict.string(sources[i]) + "\n" for i in range(len(sources)))
-    with open(out / f"{subset}.sub.{tgt}", "w", encoding="utf-8") as ft:
-        ft.writelines(line + "\n" for line in targets)
-    binarize_split(out, data, src, tgt, subset, args.workers)
-    copy_corpus_files(data, out, subset)
+    write_corpus(out, data, src, tgt, subset, [src_dict.string(sources[i]) for i in range(len(sources))], targets,
+                 args.workers)
     record = dict(record, data=str(data.resolve()), restored_from=str(shipped.resolve()))
     (out / "distill.json").write_text(json.dumps(record, indent=1) + "\n")
     log(f"restored {out} from {shipped} ({len(targets)} sentences, teacher {record['teacher']})")
     return record
+
+
+def write_corpus(out, data, src, tgt, subset, sources, targets, workers):
+    """The distilled split as text (one line per source, in order) and binarized with ``data``'s
+    dictionaries, beside the rest of ``data``'s files: what a distillation and a restore both make."""
+    for lang, lines in ((src, sources), (tgt, targets)):
+        with open(out / f"{subset}.sub.{lang}", "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+    binarize_split(out, data, src, tgt, subset, workers)
+    copy_corpus_files(data, out, subset)
 
 
 def binarize_split(out, data, src, tgt, subset, workers):

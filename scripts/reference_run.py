@@ -667,10 +667,11 @@ def freeze_role(args, role, source):
     import torch
 
     checkpoint = Path(source)
-    if checkpoint.suffix == ".txt" and checkpoint.is_file():
+    pinned = checkpoint.suffix == ".txt" and checkpoint.is_file()
+    if pinned:
         checkpoint = pinned_checkpoint(checkpoint, Path(args.out) / "checkpoints" / f".{role}.pinned.pt")
     frozen = freeze(Path(args.out) / "checkpoints", role, checkpoint)
-    if checkpoint.name.endswith(".pinned.pt"):
+    if pinned:
         checkpoint.unlink()
     state = torch.load(frozen, map_location="cpu", weights_only=False, mmap=True)
     print(f"{role}: {frozen} ({state['optimizer_history'][-1]['num_updates']} updates)", flush=True)

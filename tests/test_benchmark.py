@@ -358,6 +358,15 @@ def test_a_group_times_its_rows_against_its_own_baseline(tiny_corpus, tmp_path, 
     assert by["engine greedy"]["ratio_vs"].startswith("fairseq greedy")
 
 
+def test_the_demos_rows_files_plan_together_once_every_model_ships():
+    """The default demo benchmarks reference.json and orders.json in one run: with every model present
+    (rows are only skipped while their model is missing), each group keeps one baseline per corpus,
+    beam and batch size (the demo failed at once when l2r_kd shipped, and would again with the heads)."""
+    rows = benchmark.load_rows([REPO / "configs" / "benchmark" / "reference.json",
+                                REPO / "configs" / "benchmark" / "orders.json"])
+    benchmark._check_plan(list(benchmark.expand_rows(rows, [1, 32])), REPO / "models" / "data" / "en-de")
+
+
 def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
     rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "baseline": True}]
     with pytest.raises(benchmark.BenchmarkError, match="both baselines"):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fairseq_plugins.evaluation import train_log
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
-from fairseq_plugins.evaluation.reference_models import ROLES, freeze, pack_checkpoint
+from fairseq_plugins.evaluation.reference_models import freeze, pack_checkpoint
 from fairseq_plugins.offline import limits
 from fairseq_plugins.offline.bundle import TEACHER
 
@@ -319,8 +319,8 @@ class Evidence:
         checkpoints = self.work / "ref" / "checkpoints"
         baseline = exported_checkpoint(self.read_models(GOLD)["baseline"], self.work / "ref", self.data)
         carried = self.data / "en-de-distilled" / TEACHER
-        return [freeze(checkpoints, role, carried if role == "teacher" and carried.exists() else baseline)
-                for role in ROLES][0]
+        freeze(checkpoints, "verifier", baseline)
+        return freeze(checkpoints, "teacher", carried if carried.exists() else baseline)
 
     def distill(self):
         teacher = self.freeze_baseline()
