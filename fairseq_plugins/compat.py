@@ -1,7 +1,7 @@
 """Repairs for fairseq-fixed 0.12.3.1 on torch >= 2.6 and numpy 2, applied once at plugin import.
 
-fairseq-fixed is upstream fairseq main (2024-01) plus Python 3.11 fixes.  Three things broke since
-and are repaired here, in one place, so that no user has to set an environment variable:
+fairseq-fixed is upstream fairseq main (2024-01) plus Python 3.11 fixes.  What broke since is
+repaired here, in one place, so that no user has to set an environment variable:
 
 1. torch >= 2.6 loads with ``weights_only=True`` by default.  fairseq checkpoints pickle an
    ``argparse.Namespace`` (``args``), plain-Python config dicts and fairseq's meter objects, so
@@ -29,11 +29,21 @@ and are repaired here, in one place, so that no user has to set an environment v
 5. fairseq wraps the model in ``DistributedDataParallel(device_ids=[device_id])``, which torch
    refuses for a CPU module; on CPU the wrapper is built with ``device_ids=None`` (torch's CPU
    data parallelism over gloo), everything else as fairseq does it.
+6. ``fairseq-train`` could die with SIGABRT ("terminate called without an active exception") after
+   saving its last checkpoint: training stops mid-epoch, leaving fairseq's prefetching thread
+   (``BackgroundConsumer``, a daemon) alive, and on Python < 3.14 a daemon thread that is inside a
+   torch operation when the interpreter finalizes is unwound through a ``noexcept`` frame.  At exit
+   each live consumer is told to stop after the batch in hand, its queue is drained until it ends,
+   and only then does the interpreter finalize.
 """
 import argparse
+import atexit
 import functools
 import os
+import queue
+import time
 import types
+import weakref
 
 import numpy as np
 
@@ -186,6 +196,37 @@ def _cpu_data_parallel():
     models.DistributedFairseqModel = DistributedFairseqModel
 
 
+CONSUMER_STOP_TIMEOUT_S = 30.0  # a consumer stuck in a dead loader worker must not hang the exit
+
+
+def _stop_background_consumers_at_exit():
+    from fairseq.data import iterators
+
+    consumer = iterators.BackgroundConsumer
+    if getattr(consumer, "_stopped_at_exit", False):
+        return
+    live = weakref.WeakSet()
+    original_start = consumer.start
+
+    def start(self):
+        live.add(self)
+        original_start(self)
+
+    def stop_live_consumers():
+        deadline = time.monotonic() + CONSUMER_STOP_TIMEOUT_S
+        for thread in list(live):
+            thread._max_len = 0  # its loop breaks after the next put (``count >= max_len``)
+            while thread.is_alive() and time.monotonic() < deadline:
+                try:
+                    thread._queue.get(timeout=0.01)  # room for the batch in hand and the sentinel
+                except queue.Empty:
+                    pass
+
+    consumer.start = start
+    consumer._stopped_at_exit = True
+    atexit.register(stop_live_consumers)
+
+
 def apply():
     """Idempotent; called from ``fairseq_plugins/__init__.py``."""
     global _APPLIED
@@ -196,4 +237,5 @@ def apply():
     _keep_last_batch()
     _distributed_launch()
     _cpu_data_parallel()
+    _stop_background_consumers_at_exit()
     _APPLIED = True

@@ -1,5 +1,6 @@
 """compat.py: stock fairseq checkpoints load on torch 2.13 with no environment variable, numpy 2
-aliases exist, and no batch is dropped (fairseq-generate must translate every sentence)."""
+aliases exist, no batch is dropped (fairseq-generate must translate every sentence), and a
+training that stops mid-epoch exits cleanly."""
 import numpy as np
 import torch
 
@@ -36,3 +37,40 @@ def test_fairseq_generate_translates_every_sentence(tiny_corpus, tiny_model):
                "--cpu", "--gen-subset", "test"])
     hyps = [line for line in out.stdout.splitlines() if line.startswith("H-")]
     assert len(hyps) == 120
+
+
+ABANDONED_PREFETCH = """
+import time, torch
+{setup}
+from fairseq.data.iterators import BufferedIterator
+
+def slow_batches():  # each batch is ~50 ms inside torch, with the GIL released
+    x = torch.randn(400, 400)
+    while True:
+        for _ in range(20):
+            x = (x @ x) / 400.0
+        yield x
+
+batches = BufferedIterator(1, list(range(10 ** 6)))
+batches._iterable = slow_batches()  # the length stays: training stops long before the epoch ends
+next(batches)
+time.sleep(0.01)  # the prefetching thread is now computing a batch, as after fairseq-train's last update
+"""
+
+
+def _exit_code(setup):
+    import subprocess, sys
+
+    env = dict(__import__("os").environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", ABANDONED_PREFETCH.format(setup=setup)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    return proc.returncode, proc.stderr
+
+
+def test_exit_with_an_abandoned_prefetching_thread_does_not_abort():
+    # without repair 6 the interpreter unwinds the thread out of torch and aborts (rc -6, "terminate called")
+    for _ in range(2):
+        code, err = _exit_code("import fairseq_plugins")
+        assert code == 0, err[-2000:]
+    code, err = _exit_code("import fairseq")
+    assert code != 0 and "terminate called" in err, "the reproduction no longer reproduces the abort"
