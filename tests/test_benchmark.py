@@ -6,7 +6,7 @@ import math
 import pytest
 
 from conftest import REPO
-from fairseq_plugins.viz.speed_vs_bleu import pareto_front
+from fairseq_plugins.viz.speed_vs_bleu import group_notes, pareto_front
 from scripts import benchmark
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
@@ -379,6 +379,16 @@ def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
 def test_pareto_front():
     points = [(1.0, 14.6), (1.3, 14.6), (2.0, 10.0), (1.9, 9.0), (0.5, 15.9), (0.4, 15.0), (3.5, 2.8)]
     assert pareto_front(points) == [1, 2, 4, 6]
+
+
+def test_group_rows_say_what_their_x_is_against():
+    rows = [{"method": "fairseq greedy", "group": "", "beam": 1, "ratio_vs": "itself"},
+            {"method": "lean beam", "group": "", "beam": 5, "ratio_vs": "fairseq beam 5 (beam 5, batch 1), interleaved"},
+            {"method": "orders: L2R-KD", "group": "orders", "beam": 1, "ratio_vs": "itself"},
+            {"method": "orders: L2R-KD", "group": "orders", "beam": 4, "ratio_vs": "itself"},
+            {"method": "orders: IBDecoder", "group": "orders", "beam": 1, "ratio_vs": "orders: L2R-KD ..."}]
+    assert group_notes(rows) == ["x of the orders rows: vs orders: L2R-KD"]
+    assert group_notes(rows[:2]) == []
 
 
 # ----------------------------------------------------------------------------------------------

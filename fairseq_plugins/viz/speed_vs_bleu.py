@@ -1,7 +1,9 @@
 """The benchmark's speed-vs-BLEU figure, legible with ~80 rows (``scripts/benchmark.py`` draws it,
 ``scripts/benchmark_plot.py`` redraws it from a results file).
 
-x: speed vs fairseq greedy of the same run (``ratio_vs_greedy``, log scale; 1 = fairseq greedy);
+x: speed vs fairseq greedy of the same run (``ratio_vs_greedy``, log scale; 1 = fairseq greedy); a
+row of a benchmark group (``"group"``: the orders, against L2R-KD's greedy) is timed against its
+group's fairseq greedy, not the corpus's, and the legend says so (:func:`group_notes`);
 y: sacreBLEU.  One panel per corpus and batch size; one marker shape per family (anchors, orders,
 draft-and-verify, non-autoregressive), one colour per method (legend; colours repeat across
 families, never within one), hollow markers for beam > 1; text labels only on each panel's Pareto
@@ -35,6 +37,14 @@ def labelled(panel):
         for i in pareto_front([(r["ratio_vs_greedy"], r["bleu"]) for r in group]):
             chosen[id(group[i])] = group[i]
     return list(chosen.values())
+
+
+def group_notes(points):
+    """One legend line per named benchmark group: its rows' x is the speed against the group's own
+    fairseq greedy row (the row timed against itself), e.g. the orders against L2R-KD's greedy."""
+    groups = dict.fromkeys(r.get("group", "") for r in points if r.get("group", ""))
+    reference = {r.get("group", ""): r["method"] for r in points if r.get("ratio_vs") == "itself" and r["beam"] == 1}
+    return [f"x of the {g} rows: vs {reference.get(g, 'their group baseline')}" for g in groups]
 
 
 def _colours():
@@ -98,6 +108,7 @@ def plot(results, path):
         for k, m in enumerate(m for m in dict.fromkeys(r["method"] for r in points) if family[m] == fam):
             colour[m] = palette[k % len(palette)]
 
+    notes = group_notes(points)
     fronts = []
     fig, axes = plt.subplots(len(corpora), len(sizes), figsize=(5.6 * len(sizes), 4.3 * len(corpora)),
                              squeeze=False, sharey="row")
@@ -118,7 +129,8 @@ def plot(results, path):
             # under a factor 4 between the slowest and the fastest row the minor ticks (0.8, 0.9, 3, 4...) get labels too
             ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}×") if max(xs) / min(xs) < 4 else NullFormatter())
             ax.set_title(f"{corpus}, batch size {bs}", fontsize=10)
-            ax.set_xlabel("speed vs fairseq greedy, same run (log)")
+            ax.set_xlabel("speed vs fairseq greedy, same run (log)" if not notes else
+                          "speed vs fairseq greedy of the row's group, same run (log)")
             ax.grid(alpha=0.3, which="both")
         ax_row[0].set_ylabel("sacreBLEU")
 
@@ -136,6 +148,7 @@ def plot(results, path):
             handles += [Line2D([], [], ls="", marker=MARKERS[fam], color=colour[m], label=m) for m in methods]
     handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="none", color="black",
                           label="hollow: beam > 1; labels: Pareto fronts"))
+    handles += [Line2D([], [], ls="", marker="", label=note) for note in notes]
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False,
                ncol=1 if len(handles) <= 45 else 2, handletextpad=0.3)
     fig.savefig(path, dpi=120, bbox_inches="tight")
