@@ -4,8 +4,9 @@ The target (docs/GPU.md) has Python 3.12 with torch, numpy, sacrebleu, sentencep
 matplotlib, scikit-learn, PyYAML and regex, but not fairseq, hydra-core, omegaconf, the antlr4
 runtime, bitarray or cffi, and no network.  The bundle holds
 
-- ``wheels/``: those packages for cp312 manylinux x86_64 and for the Python running this (to test
-  here), at the versions installed here.  PyPI has only an sdist of fairseq-fixed and of the antlr4
+- ``wheels/``: those packages for cp312 manylinux x86_64 at the versions installed here (``--local-only``:
+  for the Python running this instead, to test here; ``--with-local``: both; the travel limit has room
+  for the target's set only once ``models/`` nears its budget).  PyPI has only an sdist of fairseq-fixed and of the antlr4
   runtime: fairseq is built per Python from its sdist without its torch C++ extensions
   (scripts/offline/fairseq_wheel_setup.py says why that suffices), antlr4 as one pure-Python wheel;
 - ``data/<corpus>/``: the binarized corpora with their test/valid text and subword model (``--data``),
@@ -145,11 +146,12 @@ def dependency_wheels(python, tag, reqs, dest):
         pip(python, "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), *binary)
 
 
-def wheels(dest, reqs, python312, local_only):
-    """``dest`` filled with the wheels of every wanted Python; returns their tags."""
+def wheels(dest, reqs, python312, local_only, with_local=False):
+    """``dest`` filled with the wheels of every wanted Python (the target's; ``local_only``: this
+    Python's; ``with_local``: both); returns their tags."""
     dest.mkdir(parents=True, exist_ok=True)
     local_tag = python_tag(sys.executable)
-    pythons = {local_tag: sys.executable}
+    pythons = {local_tag: sys.executable} if local_only or with_local else {}
     if not local_only:
         py312 = python312 or find_python312()
         if not py312:
@@ -233,13 +235,13 @@ def manifest(dest, reqs, tags, corpora):
             "python_tags": tags, "corpora": corpora, "reference_models": reference_models(), "files": files}
 
 
-def build(dest, data=None, python312=None, local_only=False):
+def build(dest, data=None, python312=None, local_only=False, with_local=False):
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)  # git matches a folder pattern (offline-bundle/) only on a folder
     check_ignored(dest)
     reqs = pinned_requirements()
     shutil.rmtree(dest / "wheels", ignore_errors=True)
-    tags = wheels(dest / "wheels", reqs, python312, local_only)
+    tags = wheels(dest / "wheels", reqs, python312, local_only, with_local)
     corpora = copy_corpora(data, dest / "data")
     (dest / "requirements.txt").write_text("".join(r + "\n" for r in reqs))
     (dest / "MANIFEST.json").write_text(json.dumps(manifest(dest, reqs, tags, corpora), indent=1) + "\n")
@@ -256,10 +258,12 @@ def main(argv=None):
     ap.add_argument("dir", help="the bundle folder (git-ignored; offline-bundle/ is)")
     ap.add_argument("--data", help="data root with en-de/, en-de-distilled/, typo-en/ (as scripts/convergence_run.sh builds)")
     ap.add_argument("--python312", help="a Python 3.12 interpreter (default: python3.12 on PATH, else pyenv's)")
-    ap.add_argument("--local-only", action="store_true", help="only this Python's wheels (testing here)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--local-only", action="store_true", help="only this Python's wheels (testing here)")
+    which.add_argument("--with-local", action="store_true", help="this Python's wheels beside the target's")
     args = ap.parse_args(argv)
     try:
-        build(args.dir, args.data, args.python312, args.local_only)
+        build(args.dir, args.data, args.python312, args.local_only, args.with_local)
     except (BundleError, limits.LimitError) as err:
         raise SystemExit(f"error: {err}")
 
