@@ -5,7 +5,8 @@
 # CONVERGENCE_PARALLEL=N trains N models at a time (default 2; 1 leaves a core free for other work).
 # Orders first: the teacher pinned in configs/reference/teacher.txt (a baseline snapshot in this
 # repository's history), or CONVERGENCE_TEACHER=CKPT, is frozen as the teacher, and stages 1 and 2 then
-# run side by side, one model each, the drafters after stage 1 (they need the verifier); a run that
+# run side by side, sharing the N training slots of RUNS/ref (a slot stage 1 frees goes to the next
+# order at once), the drafters last (they need the verifier, frozen when stage 1 ends); a run that
 # finds a frozen teacher does the same.  Without either, the teacher is stage 1's converged baseline.
 # 1. the en-de and typo-correction corpora (skipped when built);
 # 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
@@ -64,11 +65,12 @@ shipped=$models/baseline/checkpoint_best.pt  # stage 1's baseline as models/ shi
 [ -f "$teacher" ] || [ ! -f configs/reference/teacher.txt ] || freeze teacher configs/reference/teacher.txt
 
 if [ -f "$teacher" ] && [ "$parallel" -ge 2 ]; then
-  stage1 1 & gold=$!
-  stage2 1  # the orders; the drafters wait for the verifier
+  stage1 "$parallel" & gold=$!  # the two stages share the training slots of $ref (reference_run --parallel)
+  stage2 "$parallel" & kd=$!    # the orders; the drafters wait for the verifier
   wait "$gold"
   freeze verifier "$shipped"
-  stage2 "$parallel"
+  wait "$kd"
+  stage2 "$parallel"  # the drafters
 else
   stage1 "$parallel"
   freeze teacher "$shipped"

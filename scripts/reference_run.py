@@ -55,7 +55,7 @@ from fairseq_plugins.corpora.files import AtomicWriter
 from fairseq_plugins.evaluation import learning_curve, train_log
 from fairseq_plugins.evaluation.reference_models import (ROLES, ReferenceModels, better, evaluation_corpus, freeze,
                                                          strip_checkpoint)
-from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
+from fairseq_plugins.evaluation.jobs import Job, TrainingSlots, exit_on_sigterm, job_env
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_plugins"
@@ -306,6 +306,8 @@ class ReferenceRun:
         self.env = job_env(REPO)
         self.pending = [] if args.skip_training else list(models)  # trainings not started yet
         self.trainings = {}  # name -> Job
+        self.slots = TrainingSlots(self.out / "slots", args.parallel)  # shared with runs beside this one
+        self.slot_wait_logged = False
         self.codes = {}  # name -> exit code of a training that ended by itself
         self.converged = set()
         self.scorer = None  # (name, Job): a curve's scorer, or the packer of a converged model into --models-dir
@@ -343,6 +345,7 @@ class ReferenceRun:
             if code is not None:
                 self.codes[name] = code
                 del self.trainings[name]
+                self.slots.free(name)
                 status = "done" if code == 0 else f"FAILED ({code}); see {job.log}"
                 self.log(f"{name} {status} {progress(job.log)}")
 
@@ -388,6 +391,7 @@ class ReferenceRun:
         self.pending = [p for p in self.pending if p["name"] != name]
         if name in self.trainings:
             self.trainings.pop(name).stop()
+            self.slots.free(name)
             self.log(f"{name} converged at {updates} updates: training stopped")
         else:
             self.log(f"{name} converged at {updates} updates")
@@ -412,6 +416,14 @@ class ReferenceRun:
                 self.waiting[m["name"]] = needs
                 self.log(f"{m['name']} not started: it needs {', '.join(needs)}, not there yet (a later run trains it)")
                 continue
+            if not self.slots.take(m["name"]):  # a run beside this one trains on the other cores
+                self.pending.insert(0, m)
+                if not self.slot_wait_logged:
+                    self.log(f"{m['name']} waits for one of the {self.args.parallel} training slots of {self.out} "
+                             "(held by a run beside this one)")
+                    self.slot_wait_logged = True
+                return
+            self.slot_wait_logged = False
             restore = restore_file(self.out / "checkpoints" / m["name"]) or self.shipped_start(m)
             self.trainings[m["name"]] = Job(m["name"], cmd + (["--restore-file", str(restore)] if restore else []),
                                             self.out / m["name"] / "train.log", self.env)
@@ -452,6 +464,8 @@ class ReferenceRun:
         for name, job in list(self.trainings.items()) + ([self.scorer] if self.scorer else []):
             job.stop()
             self.log(f"stopped {name}")
+        for name in self.trainings:
+            self.slots.free(name)
         self.trainings, self.scorer = {}, None
 
     # ---- helpers ----
@@ -686,7 +700,8 @@ def main(argv=None):
     ap.add_argument("--max-update", type=int, default=8000, help="stop a training that has not converged here")
     ap.add_argument("--stop-minutes", type=float, default=0, help="stop every training after this wall time")
     ap.add_argument("--interval", type=int, default=500, help="save, validate and score every N updates")
-    ap.add_argument("--parallel", type=int, default=2, help="trainings at once (2 on a 2-core CPU machine)")
+    ap.add_argument("--parallel", type=int, default=2, help="trainings at once (2 on a 2-core CPU machine), "
+                    "between this run and any run beside it with the same --out")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--curve-subset", default="valid")
     ap.add_argument("--curve-beam", type=int, default=4, help="the curves' beam (a list line's beam= overrides it)")

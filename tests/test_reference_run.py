@@ -357,3 +357,36 @@ def test_a_pinned_teacher_comes_from_the_repositorys_history_checked_by_sha256(t
     with pytest.raises(SystemExit, match="git fetch --unshallow"):
         reference_run.pinned_checkpoint(pin, tmp_path / "out3.pt", repo)
     assert not (tmp_path / "out2.pt").exists() and not (tmp_path / "out3.pt").exists()
+
+
+def test_runs_side_by_side_share_the_training_slots(tmp_path, monkeypatch):
+    """Stages 1 and 2 run side by side with --parallel 2 each: two trainings between them, and the slot
+    one frees goes to the other run's next model at once (the orders no longer wait for L2R-KD)."""
+    from fairseq_plugins.evaluation.jobs import TrainingSlots
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(reference_run, "train_command",
+                        lambda m, args, gpu: [sys.executable, "-c", "import time; time.sleep(60)"])
+    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2,
+                                            flatten_reference="none", max_update=10, models_dir=None)
+    other = TrainingSlots(out / "slots", 2)  # the run beside this one trains a model
+    assert other.take("baseline")
+    run = reference_run.ReferenceRun([{"name": n, "curve": True} for n in ("l2r_kd", "ibdecoder")], args, gpu=False)
+    try:
+        run.start_trainings()
+        assert list(run.trainings) == ["l2r_kd"] and [m["name"] for m in run.pending] == ["ibdecoder"]
+        run.start_trainings()  # still no slot
+        assert list(run.trainings) == ["l2r_kd"]
+        other.free("baseline")
+        run.start_trainings()
+        assert list(run.trainings) == ["l2r_kd", "ibdecoder"] and not run.pending
+        assert not other.take("typo")  # now this run holds both
+        run.trainings["l2r_kd"].stop()
+        run.collect_trainings()  # its training ended: the slot is free for the run beside
+        assert other.take("typo")
+    finally:
+        run.stop_all()
+        other.free("typo")
+    after = TrainingSlots(out / "slots", 1)
+    assert after.take("x")  # stopping the run let its slots go
+    after.free("x")

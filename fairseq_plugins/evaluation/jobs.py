@@ -6,8 +6,11 @@ must not outlive the command that started it: the command stops its jobs in a ``
 turns SIGTERM into an exception, :func:`exit_on_sigterm`, so that block runs), and on Linux each
 job also asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), which covers a
 command killed with SIGKILL.
+
+Runs side by side share the machine's cores through :class:`TrainingSlots`.
 """
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -73,3 +76,34 @@ def exit_on_sigterm():
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+class TrainingSlots:
+    """``count`` training slots shared by every run that uses one folder: a slot is the lock of a file
+    ``slot-I.lock``, held while a training runs, so two runs side by side (stages 1 and 2 of the
+    convergence run) train at most ``count`` models between them, and one run takes the slot another
+    frees at once.  The kernel drops a lock with its holder, a run killed included; its trainings die
+    with it (:class:`Job`)."""
+
+    def __init__(self, folder, count):
+        self.folder, self.count = Path(folder), int(count)
+        self.held = {}  # name -> the open file whose lock is the slot (not inherited by the jobs: PEP 446)
+
+    def take(self, name):
+        """A free slot for ``name``'s training: True, held until :meth:`free`; False when all are taken."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for i in range(self.count):
+            fd = os.open(self.folder / f"slot-{i}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.held[name] = fd
+            return True
+        return False
+
+    def free(self, name):
+        fd = self.held.pop(name, None)
+        if fd is not None:
+            os.close(fd)  # closing the file releases its lock
