@@ -6,8 +6,9 @@
 # Orders first: the teacher pinned in configs/reference/teacher.txt (a baseline snapshot in this
 # repository's history), or CONVERGENCE_TEACHER=CKPT, is frozen as the teacher, and stages 1 and 2 then
 # run side by side, sharing the N training slots of RUNS/ref (a slot stage 1 frees goes to the next
-# order at once), the drafters last (they need the verifier, frozen when stage 1 ends); a run that
-# finds a frozen teacher does the same.  Without either, the teacher is stage 1's converged baseline.
+# order at once), the drafters after the orders (they need the verifier, frozen when stage 1's baseline
+# ends), the typo verifier last; a run that finds a frozen teacher does the same.  Without either, the
+# teacher is stage 1's converged baseline.
 # 1. the en-de and typo-correction corpora (skipped when built);
 # 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
 #    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
@@ -39,10 +40,13 @@ data=$runs/data ref=$runs/ref
 [ -f "$data/en-de/bin/dict.en.txt" ] || $py -m scripts.build_message_corpus --pair en-de --out "$data/en-de"
 [ -f "$data/typo-en/bin/dict.typo.txt" ] || $py -m scripts.build_typo_corpus --out "$data/typo-en"
 
-stage1() {
+stage1() {  # PARALLEL [NAME...]: the models of the list to train (default: all)
+  local parallel=$1 names=()
+  shift
+  [ $# -eq 0 ] || names=(--names "$@")
   $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-      --models-dir "$models" --max-update 12000 --interval 500 --parallel "$1" --min-points 4 --flatten-reference self \
-      --snapshot  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
+      --models-dir "$models" --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 \
+      --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
 }
 stage2() {  # the distilled corpus: restored from models/ where it ships, else distilled and shipped there
   if [ ! -f "$data/en-de-distilled/distill.json" ]; then
@@ -65,12 +69,15 @@ shipped=$models/baseline/checkpoint_best.pt  # stage 1's baseline as models/ shi
 [ -f "$teacher" ] || [ ! -f configs/reference/teacher.txt ] || freeze teacher configs/reference/teacher.txt
 
 if [ -f "$teacher" ] && [ "$parallel" -ge 2 ]; then
-  stage1 "$parallel" & gold=$!  # the two stages share the training slots of $ref (reference_run --parallel)
-  stage2 "$parallel" & kd=$!    # the orders; the drafters wait for the verifier
+  # the two stages share the training slots of $ref (reference_run --parallel): stage 1 trains only the
+  # baseline (the drafters' verifier), the orders take every other slot, the typo verifier comes last
+  stage1 "$parallel" baseline & gold=$!
+  stage2 "$parallel" & kd=$!  # the orders; the drafters wait for the verifier
   wait "$gold"
   freeze verifier "$shipped"
   wait "$kd"
   stage2 "$parallel"  # the drafters
+  stage1 "$parallel"  # the typo verifier
 else
   stage1 "$parallel"
   freeze teacher "$shipped"
