@@ -241,3 +241,19 @@ def test_fairseq_generate_uses_the_lean_beam_by_default_and_prints_fairseqs_hypo
     assert max(abs(a - b) for a, b in zip(plain_s, fast_s)) < 1e-4  # printed in base 2, 4 decimals' rounding
     bleu = [[l.split("BLEU")[1] for l in (p.stdout + p.stderr).splitlines() if "BLEU" in l] for p in (fast, plain)]
     assert bleu[0] and bleu[0] == bleu[1]
+
+
+def test_fairseq_interactive_translates_raw_text_with_the_lean_beam(tiny_corpus, tiny_model):
+    """fairseq-interactive (raw text in, the task's generator) decodes with the lean beam by default,
+    the same hypotheses as fairseq's own generator, in its buffered batches."""
+    text = "\n".join((tiny_corpus / "test.en").read_text().splitlines()[:12]) + "\n"
+    base = [fairseq_cli("fairseq-interactive"), str(tiny_corpus / "bin"), "--user-dir", PLUGIN_DIR, "--task",
+            "fast_translation", "--path", str(tiny_model), "--source-lang", "en", "--target-lang", "de",
+            "--bpe", "sentencepiece", "--sentencepiece-model", str(tiny_corpus / "spm.model"), "--beam", "5",
+            "--lenpen", "0.6", "--buffer-size", "5", "--batch-size", "5", "--cpu", "--max-len-b", str(MAX_LEN_B)]
+    fast = run(base, input=text)
+    plain = run(base + ["--beam-search", "fairseq"], input=text)
+    assert "beam search: the lean beam search" in fast.stdout + fast.stderr
+    (fast_h, fast_s), (plain_h, plain_s) = _h_lines(fast.stdout), _h_lines(plain.stdout)
+    assert len(plain_h) == 12 and fast_h == plain_h
+    assert max(abs(a - b) for a, b in zip(plain_s, fast_s)) < 1e-4
