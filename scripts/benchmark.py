@@ -396,6 +396,10 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
 
     if runs < 1:
         raise BenchmarkError(f"--runs must be at least 1 (got {runs})")
+    if quality_batch_size is not None and quality_batch_size not in batch_sizes:
+        raise BenchmarkError(f"--quality-batch-size {quality_batch_size} is not one of --batch-sizes "
+                             f"{' '.join(map(str, batch_sizes))}: BLEU is computed in one of the timed passes; "
+                             "add it to --batch-sizes or leave --quality-batch-size out")
     threads = threads or torch.get_num_threads()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -633,7 +637,7 @@ def main(argv=None):
     ap.add_argument("--timed-sentences", type=int, default=0, help="time only the sentences with id < N, a random sample (0: all)")
     ap.add_argument("--only", nargs="*", help="run only rows whose method contains one of these strings")
     ap.add_argument("--quality-batch-size", type=int, default=None,
-                    help="compute BLEU once per row at this batch size (default: at every one)")
+                    help="compute BLEU once per row at this batch size, one of --batch-sizes (default: at every one)")
     ap.add_argument("--skip-missing", action="store_true", help="skip rows whose checkpoint is not trained yet")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (peak_mem_mb = null)")
     ap.add_argument("--device", default=default_device())

@@ -374,6 +374,9 @@ def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
     rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "vs_beam5": True}]
     with pytest.raises(benchmark.BenchmarkError, match="ratio_vs_beam5"):
         benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
+    with pytest.raises(benchmark.BenchmarkError, match="not one of --batch-sizes"):  # it failed with a KeyError after the first row
+        benchmark.run_benchmark(rows[:1], tiny_corpus, tmp_path, tmp_path / "out", batch_sizes=(1,), quality_batch_size=64,
+                                **quiet)
 
 
 def test_pareto_front():
