@@ -496,8 +496,8 @@ class ReferenceRun:
         floor = learning_curve.min_updates(reference.get("points"), self.args.min_points, self.args.tolerance)
         if floor is not None and floor != self.floor_reported:
             self.floor_reported = floor
-            short = [m["name"] for m in self.models if m["name"] != self.reference and
-                     floor > self.args.max_update * m["update_scale"]]
+            short = [m["name"] for m in self.models if m["name"] != self.reference and m["curve"]  # no curve: a set length
+                     and floor > self.args.max_update * m["update_scale"]]
             self.log(f"{self.reference} flattened at {floor // learning_curve.REFERENCE_FACTOR} updates: the others "
                      f"converge at {floor} updates or later" + (f"; {', '.join(short)} stop at --max-update first: "
                                                                 "raise it and run again" if short else ""))

@@ -390,3 +390,25 @@ def test_runs_side_by_side_share_the_training_slots(tmp_path, monkeypatch):
     after = TrainingSlots(out / "slots", 1)
     assert after.take("x")  # stopping the run let its slots go
     after.free("x")
+
+
+def test_the_floor_warning_names_only_models_the_rule_judges(tmp_path):
+    """When L2R-KD flattens, the models whose cap comes before the orders' floor are named; a model
+    without a curve (a drafter, blockwise heads) trains its set length and is not among them."""
+    from fairseq_plugins.evaluation import learning_curve
+
+    out = tmp_path / "out"
+    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2,
+                                            flatten_reference="l2r_kd", max_update=1000, min_points=5, tolerance=0.3)
+    models = [{"name": "l2r_kd", "curve": True, "update_scale": 1.0},
+              {"name": "ibdecoder", "curve": True, "update_scale": 1.0},
+              {"name": "drafter", "curve": False, "update_scale": 0.2}]
+    run = reference_run.ReferenceRun(models, args, gpu=False)
+    logged = []
+    run.log = logged.append
+    points = [{"updates": 100 * i, "bleu": b} for i, b in enumerate([10.0, 20.0, 30.0, 35.0, 35.1], 1)]
+    (out / "l2r_kd").mkdir(parents=True)
+    learning_curve.write(out / "l2r_kd" / "curve.json", {"points": points})
+    floor = run.reference_floor()
+    assert floor == learning_curve.min_updates(points, 5, 0.3) > 1000
+    assert len(logged) == 1 and "ibdecoder stop at --max-update first" in logged[0] and "drafter" not in logged[0]
