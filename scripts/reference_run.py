@@ -306,7 +306,7 @@ class ReferenceRun:
         self.env = job_env(REPO)
         self.pending = [] if args.skip_training else list(models)  # trainings not started yet
         self.trainings = {}  # name -> Job
-        self.slots = TrainingSlots(self.out / "slots", args.parallel)  # shared with runs beside this one
+        self._slots = None  # the training slots, shared with runs beside this one (made when a training starts)
         self.slot_wait_logged = False
         self.codes = {}  # name -> exit code of a training that ended by itself
         self.converged = set()
@@ -337,6 +337,12 @@ class ReferenceRun:
         finally:
             self.stop_all()
         return sorted(n for n, code in self.codes.items() if code != 0)
+
+    @property
+    def slots(self):
+        if self._slots is None:
+            self._slots = TrainingSlots(self.out / "slots", self.args.parallel)
+        return self._slots
 
     # ---- the steps ----
     def collect_trainings(self):
