@@ -8,6 +8,7 @@ import pytest
 from conftest import REPO
 from fairseq_plugins.viz.speed_vs_bleu import group_notes, pareto_front
 from scripts import benchmark
+from scripts.reference_run import read_models
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
                "tokens_per_s", "speed_ratio", "model_calls", "mean_accepted", "identical_to_greedy",
@@ -337,8 +338,12 @@ def test_order_rows_are_the_convergence_runs_models_timed_against_l2r_kd_at_thei
     assert set(orders) == {"r2l", "sa_l2r_c2", "head_tail", "ibdecoder", "ibdecoder_scratch", "ibdecoder_sa_c2",
                            "imdecoder_h4"}
     assert set(orders) | {"l2r_kd"} <= trained
+    curves = {m["name"]: m for m in read_models(REPO / "configs/reference/convergence_kd.txt")}
     for name, r in orders.items():
         assert r["beams"] == [1, 10 if name == "head_tail" else 4], name
+        # decoded with the search its curve was scored with (the DOUBLETOPK row decoded with Alg. 1's rule before)
+        assert ("--double-topk" in r["args"].split()) == ("DOUBLETOPK" in r["method"]) == (
+            curves[name]["generate"] == "--double-topk"), name
         assert set(r["beams"]) <= set(l2r["beams"]) and r["corpus"] == l2r["corpus"], name
         assert benchmark.family_of(r) == "orders"
 
