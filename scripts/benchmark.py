@@ -286,8 +286,12 @@ def expand_rows(rows, batch_sizes):
                 yield row, beam, bs
 
 
+def _checkpoint_path(row, checkpoints):
+    return Path(row["path"]) if "path" in row else Path(checkpoints) / row["model"] / "checkpoint_best.pt"
+
+
 def checkpoint_of(row, checkpoints):
-    path = Path(row["path"]) if "path" in row else Path(checkpoints) / row["model"] / "checkpoint_best.pt"
+    path = _checkpoint_path(row, checkpoints)
     if not path.exists():
         raise BenchmarkError(
             f"row '{row['method']}': checkpoint {path} not found; train it first (scripts/train.sh "
@@ -649,10 +653,11 @@ def main(argv=None):
     try:
         rows = load_rows(args.rows)
         if args.skip_missing:
-            missing = [r for r in rows if not checkpoint_exists(r, args.checkpoints, args.data)]
-            for r in missing:
-                print(f"[bench] skipping '{r['method']}': checkpoint of '{r.get('model', r.get('path'))}' not trained")
-            rows = [r for r in rows if r not in missing]
+            missing = {r["method"]: missing_checkpoints(r, args.checkpoints, args.data) for r in rows}
+            for method, paths in missing.items():
+                if paths:
+                    print(f"[bench] skipping '{method}': {', '.join(map(str, paths))} not trained yet")
+            rows = [r for r in rows if not missing[r["method"]]]
         if args.only:
             rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
         results = run_benchmark(rows, args.data, args.checkpoints, args.out, args.batch_sizes, args.runs,
@@ -666,12 +671,13 @@ def main(argv=None):
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
 
 
+def missing_checkpoints(row, checkpoints, data):
+    """The checkpoints a row decodes with (its model's, a drafter's) that are not there yet."""
+    return [p for p in [_checkpoint_path(row, checkpoints)] + _extra_checkpoints(row_args(row, checkpoints, data)) if not p.exists()]
+
+
 def checkpoint_exists(row, checkpoints, data):
-    try:
-        checkpoint_of(row, checkpoints)
-    except BenchmarkError:
-        return False
-    return all(p.exists() for p in _extra_checkpoints(row_args(row, checkpoints, data)))
+    return not missing_checkpoints(row, checkpoints, data)
 
 
 def default_device():

@@ -569,6 +569,8 @@ def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
     args = benchmark.row_args(row, ckpts, data)
     assert args == f"--drafter nar --drafter-path {ckpts}/gad_drafter/checkpoint_best.pt --x {tmp_path / 'data'}/en-de-kd"
     assert not benchmark.checkpoint_exists(row, ckpts, data)  # the drafter is not trained yet: skipped
+    # ... and named as what is missing (the message blamed the verifier, which is there)
+    assert benchmark.missing_checkpoints(row, ckpts, data) == [ckpts / "gad_drafter" / "checkpoint_best.pt"]
     (ckpts / "gad_drafter").mkdir()
     (ckpts / "gad_drafter" / "checkpoint_best.pt").write_bytes(b"")
     assert benchmark.checkpoint_exists(row, ckpts, data)
