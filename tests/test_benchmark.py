@@ -390,11 +390,11 @@ def test_pareto_front():
 
 
 def test_group_rows_say_what_their_x_is_against():
-    rows = [{"method": "fairseq greedy", "group": "", "beam": 1, "ratio_vs": "itself"},
-            {"method": "lean beam", "group": "", "beam": 5, "ratio_vs": "fairseq beam 5 (beam 5, batch 1), interleaved"},
-            {"method": "orders: L2R-KD", "group": "orders", "beam": 1, "ratio_vs": "itself"},
-            {"method": "orders: L2R-KD", "group": "orders", "beam": 4, "ratio_vs": "itself"},
-            {"method": "orders: IBDecoder", "group": "orders", "beam": 1, "ratio_vs": "orders: L2R-KD ..."}]
+    rows = [{"method": "fairseq greedy", "group": "", "beam": 1, "baseline": True},
+            {"method": "lean beam", "group": "", "beam": 5, "baseline": False},
+            {"method": "orders: L2R-KD", "group": "orders", "beam": 4, "baseline": True},
+            {"method": "orders: L2R-KD", "group": "orders", "beam": 1, "baseline": True},
+            {"method": "orders: IBDecoder", "group": "orders", "beam": 1, "baseline": False}]
     assert group_notes(rows) == ["x of the orders rows: vs orders: L2R-KD"]
     assert group_notes(rows[:2]) == []
 

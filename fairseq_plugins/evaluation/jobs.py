@@ -82,8 +82,9 @@ class TrainingSlots:
     """``count`` training slots shared by every run that uses one folder: a slot is the lock of a file
     ``slot-I.lock``, held while a training runs, so two runs side by side (stages 1 and 2 of the
     convergence run) train at most ``count`` models between them, and one run takes the slot another
-    frees at once.  The kernel drops a lock with its holder, a run killed included; its trainings die
-    with it (:class:`Job`)."""
+    frees at once (runs sharing a folder must be given the same ``count``: a run tries its first
+    ``count`` slots only).  The kernel drops a lock with its holder, a run killed included; its
+    trainings die with it (:class:`Job`)."""
 
     def __init__(self, folder, count):
         self.folder, self.count = Path(folder), int(count)

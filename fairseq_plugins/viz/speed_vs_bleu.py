@@ -41,9 +41,9 @@ def labelled(panel):
 
 def group_notes(points):
     """One legend line per named benchmark group: its rows' x is the speed against the group's own
-    fairseq greedy row (the row timed against itself), e.g. the orders against L2R-KD's greedy."""
+    fairseq greedy row (its greedy baseline), e.g. the orders against L2R-KD's greedy."""
     groups = dict.fromkeys(r.get("group", "") for r in points if r.get("group", ""))
-    reference = {r.get("group", ""): r["method"] for r in points if r.get("ratio_vs") == "itself" and r["beam"] == 1}
+    reference = {r.get("group", ""): r["method"] for r in points if r.get("baseline") and r["beam"] == 1}
     return [f"x of the {g} rows: vs {reference.get(g, 'their group baseline')}" for g in groups]
 
 
