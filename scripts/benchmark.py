@@ -71,12 +71,21 @@ the CPU allocator's events recorded by ``torch.profiler`` (``profile_memory``), 
 ``mem_vs_greedy`` = peak_mem_mb minus fairseq greedy's (MB, same corpus and batch size).  None for
 CTranslate2 rows (their memory is not torch's).
 
+``--jobs N`` runs the rows in N processes side by side, one per CPU core (``--threads`` each, by
+default the cores shared out; refused on a GPU, where they would share the device): rows that are
+timed against or compared with each other -- a corpus and group's baselines and every row of that
+group, a checkpoint's rows -- stay in one process, so every ratio is still a pair timed interleaved
+in one process, while a job on the other core slows both passes of a pair alike.  The results and
+files are those of one process; each row records ``jobs``.
+
 Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out``.
 """
 import argparse
+import functools
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,7 +99,10 @@ from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.generation import PLUGIN_DIR, Generation
 from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
 from fairseq_plugins.evaluation.timing import pair_ratio, time_interleaved
+from scripts.benchmark_jobs import run_in_processes, split
 from scripts.benchmark_plot import FAMILIES, plot  # FAMILIES: anchors, orders, draft-and-verify, non-autoregressive
+
+RUNS = 5  # timed passes per row, by default
 
 # ----------------------------------------------------------------------------------------------
 # fairseq backend: the row's arguments parsed by fairseq-generate's own parser
@@ -358,6 +370,22 @@ def _group(row):
     return row.get("group", "")
 
 
+def _checked_plan(rows, data, batch_sizes, runs, quality_batch_size):
+    """The (row, beam, batch size) entries to run, the quality pass's batch size first; fails before
+    anything runs."""
+    if runs < 1:
+        raise BenchmarkError(f"--runs must be at least 1 (got {runs})")
+    if quality_batch_size is not None and quality_batch_size not in batch_sizes:
+        raise BenchmarkError(f"--quality-batch-size {quality_batch_size} is not one of --batch-sizes "
+                             f"{' '.join(map(str, batch_sizes))}: BLEU is computed in one of the timed passes; "
+                             "add it to --batch-sizes or leave --quality-batch-size out")
+    for row in rows:
+        family_of(row)  # an unknown family
+    plan = list(expand_rows(rows, sorted(batch_sizes, key=lambda b: b != quality_batch_size)))
+    _check_plan(plan, data)
+    return plan
+
+
 def _check_plan(plan, data):
     """Fail before anything runs: one baseline per (corpus, batch size, beam, group); rows that ask for
     ratio_vs_beam5 have a fairseq beam-5 baseline on their corpus."""
@@ -386,10 +414,11 @@ def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, 
     return FairseqRunner(corpus, ckpt, args, beam, bs, device, fp16, threads, max_len, timed_sentences)
 
 
-def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, timed_sentences=0,
+def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, timed_sentences=0,
                   device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200),
-                  quality_batch_size=None, memory=True, clock=time.perf_counter):
+                  quality_batch_size=None, memory=True, clock=time.perf_counter, jobs=1):
     """Run every row; returns the list of result dicts in the rows' order (also written to ``out``).
+    ``jobs``: how many such processes decode side by side (:func:`run_benchmark_jobs`), recorded.
 
     Quality (BLEU over every sentence) comes from one full pass per row x beam x batch size, or,
     with ``quality_batch_size``, from one full pass at that batch size reported for every batch
@@ -398,20 +427,12 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
     (greedy before beams) and stay loaded: every other row is timed interleaved with its reference."""
     import torch
 
-    if runs < 1:
-        raise BenchmarkError(f"--runs must be at least 1 (got {runs})")
-    if quality_batch_size is not None and quality_batch_size not in batch_sizes:
-        raise BenchmarkError(f"--quality-batch-size {quality_batch_size} is not one of --batch-sizes "
-                             f"{' '.join(map(str, batch_sizes))}: BLEU is computed in one of the timed passes; "
-                             "add it to --batch-sizes or leave --quality-batch-size out")
+    plan = _checked_plan(rows, data, batch_sizes, runs, quality_batch_size)
     threads = threads or torch.get_num_threads()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     families = {row["method"]: family_of(row) for row in rows}
     vs_beam5 = {row["method"] for row in rows if row.get("vs_beam5")}
-    order = sorted(batch_sizes, key=lambda b: b != quality_batch_size)  # the quality pass first
-    plan = list(expand_rows(rows, order))
-    _check_plan(plan, data)
     schedule = sorted(range(len(plan)), key=lambda i: _schedule_key(*plan[i]))
     corpora, baseline_tokens, quality = {}, {}, {}
     references = {}  # (corpus folder, batch size, beam) -> (runner, result) of a baseline row, kept loaded
@@ -509,7 +530,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
             "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,
             "peak_mem_mb": peak, "mem_vs_greedy": None,
             "device": device, "dtype": "fp16" if fp16 else "fp32",
-            "threads": threads, "backend": backend, "baseline": baseline,
+            "threads": threads, "jobs": jobs, "backend": backend, "baseline": baseline,
             "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
         for k in ("length_oracle", "oracle_model_calls", "drafter_choice"):  # drafter_choice: what auto kept, and why
@@ -527,6 +548,61 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=5, tim
     add_derived_ratios(results, vs_beam5)
     write_outputs(results, out)
     return results
+
+
+def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32), runs=RUNS, device="cpu",
+                       threads=None, log=print, **kwargs):
+    """:func:`run_benchmark` with the rows split over ``jobs`` processes side by side (CPU cores), each
+    a whole benchmark of the rows that depend on each other (:func:`_row_keys`); the results, their
+    order and the files in ``out`` are those of one process, each row recording ``jobs``."""
+    if jobs < 1:
+        raise BenchmarkError(f"--jobs must be at least 1 (got {jobs})")
+    if jobs > 1 and str(device).startswith("cuda"):
+        raise BenchmarkError("--jobs runs rows side by side on the CPU's cores; on a GPU they would share one "
+                             "device and each other's timings: use --jobs 1")
+    _checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"))  # before any job starts
+    parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
+    if len(parts) == 1:
+        return run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads, log=log,
+                             **kwargs)
+    threads = threads or max(1, (os.cpu_count() or 1) // len(parts))  # the cores shared out, not oversubscribed
+    for k, part in enumerate(parts, 1):
+        log(f"[bench] job {k} of {len(parts)} ({threads} threads): "
+            + "; ".join(rows[i]["method"] for i in part), flush=True)
+    out, scratch = Path(out), Path(out) / ".jobs"
+    calls = [(k, [rows[i] for i in part], data, checkpoints, scratch / f"job{k}", batch_sizes, device, threads,
+              dict(kwargs, runs=runs, jobs=len(parts))) for k, part in enumerate(parts, 1)]
+    try:
+        done = run_in_processes(_job, calls)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # each job's own files; the merged ones are written below
+    position = {row["method"]: i for i, row in enumerate(rows)}
+    results = sorted((r for part in done for r in part), key=lambda r: position[r["method"]])  # stable
+    add_derived_ratios(results, {row["method"] for row in rows if row.get("vs_beam5")})
+    write_outputs(results, out)
+    return results
+
+
+def _job(k, rows, data, checkpoints, out, batch_sizes, device, threads, kwargs):
+    """One process of :func:`run_benchmark_jobs`: its rows' benchmark, each log line naming the job."""
+    return run_benchmark(rows, data, checkpoints, out, batch_sizes, device=device, threads=threads,
+                         log=functools.partial(print, f"[job {k}]"), **kwargs)
+
+
+def _row_keys(row, checkpoints, data):
+    """What ties a row to others (one process runs them): its corpus and group, whose baselines time it,
+    and the checkpoints whose baseline output it is compared with or whose engine greedy it is timed beside."""
+    keys = [("reference", str(_corpus_folder(row, data)), _group(row)), ("checkpoint", str(_checkpoint_path(row, checkpoints)))]
+    if "greedy_model" in row:
+        keys.append(("checkpoint", str(_checkpoint_path({"model": row["greedy_model"]}, checkpoints))))
+    return keys
+
+
+def _row_weight(row, batch_sizes):
+    """A row's work, roughly: per beam and batch size, a pass that costs more with the beam, twice for a
+    row timed beside its reference."""
+    per_pass = sum(1 + beam / 5 for beam in row.get("beams", [1])) * len(row.get("batch_sizes", batch_sizes))
+    return per_pass * (1 if row.get("baseline") else 2)
 
 
 def _drafter_of(row):
@@ -612,7 +688,10 @@ def write_outputs(results, out):
         for r in results:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     meta = results[0] if results else {}
-    header = (f"Device {meta.get('device')}, {meta.get('dtype')}, {meta.get('threads')} threads; "
+    jobs = meta.get("jobs") or 1
+    header = (f"Device {meta.get('device')}, {meta.get('dtype')}, {meta.get('threads')} threads"
+              + (f" per process, {jobs} processes side by side (rows timed against each other share one)" if jobs > 1 else "")
+              + f"; "
               f"{meta.get('sentences')} test sentences for BLEU, {meta.get('timed_sentences')} timed x "
               f"{meta.get('runs')} runs (batches sorted by source length). speed × = reference seconds / row "
               "seconds, geometric mean over pairs timed interleaved with the row's reference (fairseq's own "
@@ -637,7 +716,7 @@ def main(argv=None):
     ap.add_argument("--checkpoints", default="checkpoints", help="folder of <model>/checkpoint_best.pt")
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
-    ap.add_argument("--runs", type=int, default=5, help="timed passes per row (each paired with one of its reference)")
+    ap.add_argument("--runs", type=int, default=RUNS, help="timed passes per row (each paired with one of its reference)")
     ap.add_argument("--timed-sentences", type=int, default=0, help="time only the sentences with id < N, a random sample (0: all)")
     ap.add_argument("--only", nargs="*", help="run only rows whose method contains one of these strings")
     ap.add_argument("--quality-batch-size", type=int, default=None,
@@ -646,7 +725,10 @@ def main(argv=None):
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (peak_mem_mb = null)")
     ap.add_argument("--device", default=default_device())
     ap.add_argument("--fp16", action="store_true")
-    ap.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch and CTranslate2 threads per process (default: torch's; with --jobs, the cores shared out)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes side by side, one per CPU core (rows timed against each other stay in one)")
     ap.add_argument("--max-len-a", type=float, default=1.2, help="every row: output length <= a*src_len + b")
     ap.add_argument("--max-len-b", type=int, default=10)
     args = ap.parse_args(argv)
@@ -660,10 +742,10 @@ def main(argv=None):
             rows = [r for r in rows if not missing[r["method"]]]
         if args.only:
             rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
-        results = run_benchmark(rows, args.data, args.checkpoints, args.out, args.batch_sizes, args.runs,
-                                args.timed_sentences, args.device, args.fp16, args.threads,
-                                max_len=(args.max_len_a, args.max_len_b), quality_batch_size=args.quality_batch_size,
-                                memory=not args.no_memory)
+        results = run_benchmark_jobs(rows, args.data, args.checkpoints, args.out, args.jobs, args.batch_sizes,
+                                     args.runs, args.device, args.threads, timed_sentences=args.timed_sentences,
+                                     fp16=args.fp16, max_len=(args.max_len_a, args.max_len_b),
+                                     quality_batch_size=args.quality_batch_size, memory=not args.no_memory)
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))

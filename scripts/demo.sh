@@ -8,7 +8,8 @@
 #   Its quick setting checks the pipeline (models too rough to translate, ~20 minutes):
 #     DEMO_TRAIN=1 DEMO_UPDATES=60 DEMO_TIMED=20 DEMO_RUNS=2 DEMO_DISTILL_BEAM=1 bash scripts/demo.sh
 # Knobs (environment): DEMO_TIMED (sentences timed per row and batch size; BLEU always covers the
-# whole test set), DEMO_RUNS (timed runs), DEMO_DIR (work folder, default work/demo); with DEMO_TRAIN=1
+# whole test set), DEMO_RUNS (timed runs), DEMO_JOBS (benchmark processes side by side, one thread each;
+# default 2: the two cores the demo is sized for), DEMO_DIR (work folder, default work/demo); with DEMO_TRAIN=1
 # also DEMO_UPDATES (training updates per model, default 1000), DEMO_DISTILL_BEAM (the teacher's beam
 # for distillation, default 5).  Finished steps are skipped on re-runs.
 set -euo pipefail
@@ -20,6 +21,7 @@ TRAIN=${DEMO_TRAIN:-0}
 UPDATES=${DEMO_UPDATES:-1000}
 DISTILL_BEAM=${DEMO_DISTILL_BEAM:-5}
 DIR=${DEMO_DIR:-work/demo}
+JOBS=${DEMO_JOBS:-2}
 if [ "$TRAIN" = 1 ]; then TIMED=${DEMO_TIMED:-100} RUNS=${DEMO_RUNS:-5}; else TIMED=${DEMO_TIMED:-50} RUNS=${DEMO_RUNS:-3}; fi
 mkdir -p "$DIR"
 start=$(date +%s)
@@ -38,7 +40,7 @@ PY
   say "benchmark: every method whose model is in models/, on the shipped test sets (batch 1 and 32)"
   python -m scripts.benchmark --rows configs/benchmark/reference.json configs/benchmark/orders.json \
     --data models/data/en-de --checkpoints models --out "$DIR/results" --timed-sentences "$TIMED" --runs "$RUNS" \
-    --batch-sizes 1 32 --quality-batch-size 32 --skip-missing
+    --batch-sizes 1 32 --quality-batch-size 32 --skip-missing --jobs "$JOBS" --threads 1
   say "done in $(( $(date +%s) - start ))s; table: $DIR/results/results.md, plot: $DIR/results/speed_vs_bleu.png"
   exit 0
 fi
@@ -71,5 +73,5 @@ scripts/train_models.sh configs/demo_models.txt "$DIR/data" "$DIR/checkpoints" "
 say "benchmark: every method on the en-de test set (batch 1 and 32)"
 python -m scripts.benchmark --rows configs/benchmark/demo.json --data "$DIR/data/en-de" \
   --checkpoints "$DIR/checkpoints" --out "$DIR/results" --timed-sentences "$TIMED" --runs "$RUNS" \
-  --batch-sizes 1 32 --quality-batch-size 32
+  --batch-sizes 1 32 --quality-batch-size 32 --jobs "$JOBS" --threads 1
 say "done in $(( $(date +%s) - start ))s; table: $DIR/results/results.md, plot: $DIR/results/speed_vs_bleu.png"

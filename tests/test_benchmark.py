@@ -574,3 +574,101 @@ def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
     (ckpts / "gad_drafter").mkdir()
     (ckpts / "gad_drafter" / "checkpoint_best.pt").write_bytes(b"")
     assert benchmark.checkpoint_exists(row, ckpts, data)
+
+
+# ----------------------------------------------------------------------------------------------
+# --jobs: rows split over processes side by side
+# ----------------------------------------------------------------------------------------------
+
+
+def test_split_keeps_rows_that_share_a_key_together_and_balances_the_rest():
+    from scripts.benchmark_jobs import split
+
+    rows = ["a1", "b1", "a2", "c1", "b2", "d1"]  # a row's key: its letter; c and d share "cd" too
+    keys = {"a1": ["a"], "a2": ["a"], "b1": ["b"], "b2": ["b"], "c1": ["c", "cd"], "d1": ["d", "cd"]}
+    weight = {"a1": 5, "a2": 5, "b1": 1, "b2": 1, "c1": 2, "d1": 2}
+    parts = split(rows, keys.__getitem__, weight.__getitem__, 2)
+    assert sorted(parts) == [[0, 2], [1, 3, 4, 5]]  # a (10) alone; b (2) and c+d (4) beside it, in order
+    assert split(rows, keys.__getitem__, weight.__getitem__, 9) == [[0, 2], [3, 5], [1, 4]]  # one part per unit
+    assert split(rows, lambda r: ["all"], weight.__getitem__, 2) == [list(range(6))]
+
+
+def test_the_demos_rows_split_so_every_reference_runs_in_the_rows_own_job():
+    """A row in one process and its baseline (reference, greedy output, engine greedy) in another would
+    be an error or a ratio against nothing: every row's dependencies are in its own part."""
+    rows = benchmark.load_rows([REPO / "configs/benchmark/reference.json", REPO / "configs/benchmark/orders.json"])
+    data, ckpts = REPO / "models/data/en-de", REPO / "models"
+    from scripts.benchmark_jobs import split
+
+    parts = split(rows, lambda r: benchmark._row_keys(r, ckpts, data), lambda r: benchmark._row_weight(r, (1, 32)), 2)
+    assert len(parts) == 2 and sorted(i for p in parts for i in p) == list(range(len(rows)))
+    part_of = {rows[i]["method"]: k for k, p in enumerate(parts) for i in p}
+    for row in rows:
+        folder, group = benchmark._corpus_folder(row, data), benchmark._group(row)
+        baselines = [r for r in rows if r.get("baseline") and benchmark._corpus_folder(r, data) == folder
+                     and benchmark._group(r) == group]
+        models = {row.get("model"), row.get("greedy_model")} - {None}
+        tied = baselines + [r for r in rows if r.get("model") in models and (r.get("baseline") or r.get("args", "").endswith("--drafter none"))]
+        assert tied, row["method"]
+        assert {part_of[r["method"]] for r in tied} == {part_of[row["method"]]}, row["method"]
+    assert part_of["blockwise k=4 frozen: heads (exact)"] == part_of["blockwise k=4 frozen: fairseq greedy"]
+    assert part_of["orders: IBDecoder"] == part_of["orders: L2R-KD"]
+
+
+@pytest.fixture()
+def two_groups(tiny_corpus, tiny_model, tmp_path):
+    """Two independent groups on two copies of the tiny model: the rows split into two jobs."""
+    import shutil
+
+    other = tmp_path / "other" / "checkpoint_best.pt"
+    other.parent.mkdir()
+    shutil.copy(tiny_model, other)
+    rows = [
+        {"method": "greedy A", "path": str(tiny_model), "args": "--task fast_translation --beam-search fairseq", "baseline": True},
+        {"method": "greedy B", "path": str(other), "args": "--task fast_translation --beam-search fairseq",
+         "baseline": True, "group": "B"},
+        {"method": "engine A", "path": str(tiny_model), "args": "--task fast_translation --drafter none", "lossless": True},
+        {"method": "engine B", "path": str(other), "args": "--task fast_translation --drafter none", "lossless": True,
+         "group": "B"},
+    ]
+    return rows, other
+
+
+def test_jobs_give_one_processs_results_and_files(two_groups, tiny_corpus, tmp_path, capfd):
+    rows, _ = two_groups
+    kw = dict(batch_sizes=[4], runs=1, timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))  # short: quick
+    one = benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "one", jobs=1, **kw, **quiet)
+    two = benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "two", jobs=2, **kw)
+    assert [r["method"] for r in two] == [r["method"] for r in one] == ["greedy A", "greedy B", "engine A", "engine B"]
+    assert [r["jobs"] for r in one] == [1] * 4 and [r["jobs"] for r in two] == [2] * 4
+    for a, b in zip(one, two):  # the same decodes: only the clock differs
+        for key in ("bleu", "model_calls", "model_calls_all", "identical_to_greedy", "timed_tokens", "ratio_vs"):
+            assert a[key] == b[key], (a["method"], key)
+    assert two[2]["identical_to_greedy"] == two[3]["identical_to_greedy"] == 1.0
+    out = capfd.readouterr().out
+    assert "[job 1] [bench" in out and "[job 2] [bench" in out
+    written = [json.loads(line) for line in (tmp_path / "two" / "results.jsonl").read_text().splitlines()]
+    assert [r["method"] for r in written] == [r["method"] for r in two]
+    assert "2 processes side by side" in (tmp_path / "two" / "results.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["results.jsonl", "results.md", "speed_vs_bleu.png"]
+
+
+def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_groups, tiny_corpus, tmp_path):
+    rows, other = two_groups
+    other.unlink()  # group B's checkpoint is gone: its job fails at its first row
+    with pytest.raises(benchmark.BenchmarkError, match="checkpoint .*other.* not found"):
+        benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
+                                     timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_jobs_refuse_a_gpu_and_a_bad_count_before_anything_runs(two_groups, tiny_corpus, tmp_path):
+    rows, _ = two_groups
+    with pytest.raises(benchmark.BenchmarkError, match="use --jobs 1"):
+        benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, device="cuda")
+    with pytest.raises(benchmark.BenchmarkError, match="at least 1"):
+        benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=0)
+    with pytest.raises(benchmark.BenchmarkError, match="both baselines"):  # the plan is checked in the parent
+        benchmark.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
+                                     jobs=2)
+    assert not (tmp_path / "out").exists()
