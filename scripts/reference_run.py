@@ -614,7 +614,8 @@ def offer(m, args):
     updates = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["optimizer_history"][-1]["num_updates"]
     max_update = max_update_of(m, args)
     stopped = (f"converged at {updates} updates (validation BLEU within {converged['tolerance']} over the last two of "
-               f">= {converged['min_points']} points, the last at >= {converged['min_updates']} updates)" if converged else
+               f">= {converged['min_points']} points" + (f", the last at >= {converged['min_updates']} updates"
+                                                         if converged['min_updates'] else "") + ")" if converged else
                f"not converged: {updates} of at most {max_update} updates when packed" +
                (" (the cap)" if updates >= max_update else "; the run goes on from here"))
     corpus = Path(args.data) / m["corpus"]
