@@ -84,6 +84,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -370,9 +371,16 @@ def _group(row):
     return row.get("group", "")
 
 
-def _checked_plan(rows, data, batch_sizes, runs, quality_batch_size):
+def _checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses=None):
     """The (row, beam, batch size) entries to run, the quality pass's batch size first; fails before
     anything runs."""
+    if hypotheses is not None:
+        names = {}
+        for row in rows:
+            other = names.setdefault(_hypotheses_name(row["method"], 1), row["method"])
+            if other != row["method"]:
+                raise BenchmarkError(f"rows '{other}' and '{row['method']}' would save their translations to one "
+                                     "file: rename one (the file name keeps only letters and digits)")
     if runs < 1:
         raise BenchmarkError(f"--runs must be at least 1 (got {runs})")
     if quality_batch_size is not None and quality_batch_size not in batch_sizes:
@@ -416,9 +424,10 @@ def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, 
 
 def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, timed_sentences=0,
                   device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200),
-                  quality_batch_size=None, memory=True, clock=time.perf_counter, jobs=1):
+                  quality_batch_size=None, memory=True, clock=time.perf_counter, jobs=1, hypotheses=None):
     """Run every row; returns the list of result dicts in the rows' order (also written to ``out``).
     ``jobs``: how many such processes decode side by side (:func:`run_benchmark_jobs`), recorded.
+    ``hypotheses``: a folder for each row x beam's translations of the quality pass (:func:`save_hypotheses`).
 
     Quality (BLEU over every sentence) comes from one full pass per row x beam x batch size, or,
     with ``quality_batch_size``, from one full pass at that batch size reported for every batch
@@ -427,7 +436,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
     (greedy before beams) and stay loaded: every other row is timed interleaved with its reference."""
     import torch
 
-    plan = _checked_plan(rows, data, batch_sizes, runs, quality_batch_size)
+    plan = _checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses)
     threads = threads or torch.get_num_threads()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -461,9 +470,11 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
         if full:
             if corpus.references is not None and len(ids) != len(corpus.references):
                 raise BenchmarkError(f"row '{row['method']}' translated {len(ids)} of {len(corpus.references)} sentences")
-            score = corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids)
+            texts = [runner.text(tokens[i], corpus) for i in ids]
+            score = corpus.bleu(texts, ids)
             quality[qkey] = dict(score, calls=runner.model_calls(), stats=runner.stats(), sentences=len(ids),
-                                 bleu_batch_size=bs)
+                                 bleu_batch_size=bs,
+                                 hypotheses=None if hypotheses is None else save_hypotheses(hypotheses, row, beam, texts))
         q = quality[qkey]
         key = (str(ckpt), bs, beam)  # lossless = identical to fairseq's baseline at the same batch size and beam
         if baseline:
@@ -512,7 +523,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
             "config": row.get("args", backend).strip() or backend,
             "model": row.get("model", str(ckpt)), "corpus": corpus.folder.name, "group": group, "batch_size": bs, "beam": beam,
             "bleu": q["bleu"], "bleu_bp": q["bp"], "bleu_ratio": q["ratio"], "sacrebleu_signature": q["signature"],
-            "sentences": q["sentences"], "bleu_batch_size": q["bleu_batch_size"],
+            "sentences": q["sentences"], "bleu_batch_size": q["bleu_batch_size"], "hypotheses": q["hypotheses"],
             "timed_sentences": n_sentences(timed), "runs": runs, "timed_tokens": produced,
             "seconds": round(mean, 4), "seconds_min": round(min(times[0]), 4),
             "tokens_per_s": round(produced / mean, 1), "sentences_per_s": round(n_sentences(timed) / mean, 2),
@@ -550,6 +561,23 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
     return results
 
 
+def save_hypotheses(folder, row, beam, texts):
+    """The quality pass's translations, one line per sentence in id order (the references' order), as
+    ``<folder>/<method>.beam<k>.txt`` (the method's name with every run of other characters than
+    letters and digits made one '_'); written whole or not at all.  Returns the file's name."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = _hypotheses_name(row["method"], beam)
+    part = folder / (name + ".part")
+    part.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
+    part.replace(folder / name)
+    return name
+
+
+def _hypotheses_name(method, beam):
+    return re.sub(r"[^A-Za-z0-9]+", "_", method).strip("_") + f".beam{beam}.txt"
+
+
 def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32), runs=RUNS, device="cpu",
                        threads=None, log=print, **kwargs):
     """:func:`run_benchmark` with the rows split over ``jobs`` processes side by side (CPU cores), each
@@ -560,7 +588,8 @@ def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32)
     if jobs > 1 and str(device).startswith("cuda"):
         raise BenchmarkError("--jobs runs rows side by side on the CPU's cores; on a GPU they would share one "
                              "device and each other's timings: use --jobs 1")
-    _checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"))  # before any job starts
+    _checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
+                  kwargs.get("hypotheses"))
     parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
     if len(parts) == 1:
         return run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads, log=log,
@@ -723,6 +752,8 @@ def main(argv=None):
                     help="compute BLEU once per row at this batch size, one of --batch-sizes (default: at every one)")
     ap.add_argument("--skip-missing", action="store_true", help="skip rows whose checkpoint is not trained yet")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (peak_mem_mb = null)")
+    ap.add_argument("--save-hypotheses", action="store_true",
+                    help="write each row x beam's translations of the quality pass to OUT/hypotheses/ (orders_report)")
     ap.add_argument("--device", default=default_device())
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--threads", type=int, default=None,
@@ -745,7 +776,8 @@ def main(argv=None):
         results = run_benchmark_jobs(rows, args.data, args.checkpoints, args.out, args.jobs, args.batch_sizes,
                                      args.runs, args.device, args.threads, timed_sentences=args.timed_sentences,
                                      fp16=args.fp16, max_len=(args.max_len_a, args.max_len_b),
-                                     quality_batch_size=args.quality_batch_size, memory=not args.no_memory)
+                                     quality_batch_size=args.quality_batch_size, memory=not args.no_memory,
+                                     hypotheses=Path(args.out) / "hypotheses" if args.save_hypotheses else None)
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))

@@ -1,0 +1,101 @@
+"""The orders against their L2R control, beside the papers (docs/RESULTS.md, "the orders at convergence").
+
+From one benchmark run of ``configs/benchmark/orders.json`` (its ``results.jsonl``, with the quality
+pass's translations saved: ``--save-hypotheses``), one row per order and beam:
+
+* how far the model trained (``models/MANIFEST.json``: updates, where it stopped);
+* test BLEU, the control's at the same beam, the gap (order - control) and the paper's gap
+  (``configs/papers/orders.json``), and ``beyond``: how much further behind the paper's gap ours is;
+  a gap more than :data:`BEYOND_PAPER` BLEU beyond the paper's needs an explanation (issue 20);
+* brevity penalty and length ratio (an order that stops early shows there);
+* the speed ratio to the control's beam of the same width at each batch size, same run, beside the
+  paper's ratio at the batch size it was measured at;
+* repeats and missing words per 100 reference words, the order's beside the control's
+  (:mod:`order_errors`: the junction errors of bidirectional decoding).
+"""
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_plugins.analysis.order_errors import count_errors
+
+BEYOND_PAPER = 1.5  # BLEU: a gap this much wider than the paper's is to be explained (issue 20's rule)
+
+
+def paper_entry(papers: Dict, model: str, beam: int) -> Optional[Dict]:
+    """The paper's gap and speed for ``model`` at ``beam`` (with its ``source`` and ``batch``), else None."""
+    entry = papers.get(model)
+    if not entry:
+        return None
+    at = entry.get("beams", {}).get(str(beam))
+    return None if at is None else dict(at, source=entry["source"], batch=entry["batch"])
+
+
+def error_summary(hypotheses: Sequence[str], references: Sequence[str]) -> Dict:
+    """Repeats / missing / extra words per 100 reference words (whitespace words of detokenised text)."""
+    return count_errors([h.split() for h in hypotheses], [r.split() for r in references]).summary()
+
+
+def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = "orders",
+                errors: Optional[Dict] = None) -> List[Dict]:
+    """One dict per order x beam of ``group`` (its baseline row is the control), in the results' order.
+    ``errors``: ``(method, beam) -> error_summary`` for the orders and the control, where known."""
+    rows = [r for r in results if r.get("group", "") == group]
+    control = {r["beam"]: r for r in rows if r["baseline"]}
+    if not control:
+        raise ValueError(f"no baseline row in group '{group}': run the benchmark with configs/benchmark/orders.json")
+    name = next(iter(control.values()))["method"]
+    errors = errors or {}
+    out, seen = [], set()
+    for r in rows:
+        key = (r["method"], r["beam"])
+        if r["baseline"] or key in seen:
+            continue
+        seen.add(key)
+        ref = control.get(r["beam"])
+        speed = {x["batch_size"]: x["speed_ratio"] for x in rows if (x["method"], x["beam"]) == key}
+        gap = None if ref is None or r["bleu"] is None or ref["bleu"] is None else round(r["bleu"] - ref["bleu"], 2)
+        paper = paper_entry(papers, r["model"], r["beam"])
+        beyond = None if gap is None or paper is None else round(gap - paper["gap"], 2)
+        model = manifest.get(r["model"], {})
+        out.append({
+            "method": r["method"], "model": r["model"], "beam": r["beam"], "control": name,
+            "updates": model.get("updates"), "stopped": model.get("stopped"),
+            "bleu": r["bleu"], "control_bleu": None if ref is None else ref["bleu"], "gap": gap,
+            "paper_gap": None if paper is None else paper["gap"], "beyond_paper": beyond,
+            "to_explain": beyond is not None and beyond < -BEYOND_PAPER,
+            "bp": r["bleu_bp"], "length_ratio": r["bleu_ratio"],
+            "speed": speed, "paper_speed": None if paper is None else paper["speed"],
+            "paper_batch": None if paper is None else paper["batch"],
+            "paper_source": None if paper is None else paper["source"],
+            "errors": errors.get(key), "control_errors": errors.get((name, r["beam"])),
+        })
+    return out
+
+
+def _num(x, fmt="{:.2f}"):
+    return "–" if x is None else fmt.format(x)
+
+
+def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
+    """The table of :func:`report_rows` (tabulate's pipe format) and the papers it cites."""
+    from tabulate import tabulate
+
+    head = ["order", "trained", "beam", "test BLEU (control)", "gap (paper's)", "BP / length ratio"]
+    head += [f"x control, batch {b}" for b in batch_sizes] + ["paper's x (batch)",
+                                                              "repeats / missing per 100 ref words (control)"]
+    cells = []
+    for r in rows:
+        e, c = r["errors"], r["control_errors"]
+        errs = "–" if e is None else (f"{e['repeats_per_100']:.2f} / {e['missing_per_100']:.2f}"
+                                     + ("" if c is None else f" ({c['repeats_per_100']:.2f} / {c['missing_per_100']:.2f})"))
+        trained = "–" if r["updates"] is None else f"{r['updates']:,}" + (
+            " (converged)" if (r["stopped"] or "").startswith("converged") else "")
+        gap = _num(r["gap"], "{:+.2f}") + ("" if r["paper_gap"] is None else f" ({r['paper_gap']:+.2f})")
+        if r["to_explain"]:
+            gap += f" **{r['beyond_paper']:+.2f} beyond**"
+        cells.append([r["method"], trained, r["beam"], f"{_num(r['bleu'])} ({_num(r['control_bleu'])})", gap,
+                      f"{_num(r['bp'], '{:.3f}')} / {_num(r['length_ratio'], '{:.3f}')}"]
+                     + [_num(r["speed"].get(b), "{:.2f}x") for b in batch_sizes]
+                     + ["–" if r["paper_speed"] is None else f"{r['paper_speed']:.2f}x ({r['paper_batch']})", errs])
+    table = tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True)
+    sources = sorted({r["paper_source"] for r in rows if r["paper_source"]})
+    return table + "\n\n" + "".join(f"- {s}\n" for s in sources)

@@ -1,0 +1,74 @@
+#!/usr/bin/env python
+"""The orders against their L2R control beside the papers, from one benchmark run (docs/RESULTS.md;
+the table: fairseq_plugins/analysis/orders_report.py)::
+
+    python -m scripts.benchmark --rows configs/benchmark/orders.json --data models/data/en-de \\
+        --checkpoints models --out OUT --batch-sizes 1 32 --quality-batch-size 32 --threads 1 \\
+        --skip-missing --save-hypotheses
+    python -m scripts.orders_report OUT --data models/data/en-de
+
+Writes ``OUT/orders_report.md`` and ``OUT/orders_report.json`` and prints the table.
+"""
+import argparse
+import json
+from pathlib import Path
+
+from fairseq_plugins.analysis.orders_report import error_summary, markdown, report_rows
+from fairseq_plugins.evaluation import EvaluationError
+from fairseq_plugins.evaluation.corpus import Corpus
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def read_results(folder):
+    path = Path(folder) / "results.jsonl"
+    if not path.exists():
+        raise EvaluationError(f"{path} not found: run scripts/benchmark.py with --out {folder} first")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def junction_errors(results, folder, data, group):
+    """``(method, beam) -> error_summary`` for every row of ``group`` whose translations were saved."""
+    errors, corpora = {}, {}
+    for r in results:
+        if r.get("group", "") != group or not r.get("hypotheses") or (r["method"], r["beam"]) in errors:
+            continue
+        path = Path(folder) / "hypotheses" / r["hypotheses"]
+        if not path.exists():
+            raise EvaluationError(f"{path} is named by results.jsonl but missing: run the benchmark again "
+                                  "with --save-hypotheses")
+        corpus_dir = Path(data).parent / r["corpus"]
+        corpus = corpora.get(corpus_dir) or corpora.setdefault(corpus_dir, Corpus(corpus_dir))
+        if corpus.references is None:
+            raise EvaluationError(f"{corpus_dir} has no test references: pass the benchmark's --data")
+        errors[(r["method"], r["beam"])] = error_summary(path.read_text(encoding="utf-8").splitlines(),
+                                                         corpus.references)
+    return errors
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", help="the benchmark's --out folder (results.jsonl, hypotheses/)")
+    ap.add_argument("--data", required=True, help="the benchmark's --data (a corpus folder; rows name siblings)")
+    ap.add_argument("--manifest", default=str(REPO / "models" / "MANIFEST.json"))
+    ap.add_argument("--papers", default=str(REPO / "configs" / "papers" / "orders.json"))
+    ap.add_argument("--group", default="orders", help="the rows' group; its baseline row is the control")
+    args = ap.parse_args(argv)
+    try:
+        results = read_results(args.results)
+        papers = json.loads(Path(args.papers).read_text())
+        manifest = json.loads(Path(args.manifest).read_text())["models"] if Path(args.manifest).exists() else {}
+        rows = report_rows(results, papers, manifest, args.group,
+                           junction_errors(results, args.results, args.data, args.group))
+    except (EvaluationError, ValueError) as e:
+        raise SystemExit(f"error: {e}")
+    batch_sizes = sorted({r["batch_size"] for r in results if r.get("group", "") == args.group})
+    table = markdown(rows, batch_sizes)
+    out = Path(args.results)
+    (out / "orders_report.md").write_text(table)
+    (out / "orders_report.json").write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The orders' report (scripts/orders_report.py): gaps beside the papers', the rule that flags a gap to
+explain, speed by batch size, junction errors from the benchmark's saved translations."""
+import json
+
+import pytest
+
+from fairseq_plugins.analysis.orders_report import BEYOND_PAPER, markdown, paper_entry, report_rows
+from scripts import benchmark, orders_report
+
+PAPERS = {"ib": {"source": "paper A", "batch": 1, "beams": {"4": {"gap": -0.2, "speed": 1.9}}}}
+
+
+def result(method, model, beam, bs, bleu, speed, baseline=False, group="orders"):
+    return {"method": method, "model": model, "beam": beam, "batch_size": bs, "bleu": bleu, "bleu_bp": 0.9,
+            "bleu_ratio": 0.95, "speed_ratio": speed, "baseline": baseline, "group": group, "corpus": "c"}
+
+
+def test_each_order_and_beam_against_the_controls_same_beam_beside_the_paper():
+    results = [result("L2R", "l2r", b, bs, 40.0 + b / 10, 1.0, baseline=True) for b in (1, 4) for bs in (32, 1)]
+    results += [result("IB", "ib", 4, 32, 38.0, 1.5), result("IB", "ib", 4, 1, 38.0, 2.6),
+                result("IB", "ib", 1, 32, 39.0, 1.8), result("IB", "ib", 1, 1, 39.0, 2.3),
+                result("other group", "x", 1, 1, 10.0, 9.9, group="")]
+    manifest = {"ib": {"updates": 13500, "stopped": "converged at 13500 updates"}}
+    errors = {("IB", 4): {"repeats_per_100": 1.0, "missing_per_100": 2.0},
+              ("L2R", 4): {"repeats_per_100": 0.1, "missing_per_100": 1.5}}
+    rows = report_rows(results, PAPERS, manifest, errors=errors)
+    assert [(r["method"], r["beam"]) for r in rows] == [("IB", 4), ("IB", 1)]  # the results' order, once each
+    ib4, ib1 = rows
+    assert ib4["gap"] == pytest.approx(38.0 - 40.4) and ib4["control_bleu"] == 40.4  # the same beam's control
+    assert ib4["paper_gap"] == -0.2 and ib4["beyond_paper"] == pytest.approx(-2.2)
+    assert ib4["to_explain"] and -2.2 < -BEYOND_PAPER
+    assert ib4["speed"] == {32: 1.5, 1: 2.6} and ib4["paper_speed"] == 1.9 and ib4["paper_batch"] == 1
+    assert ib1["paper_gap"] is None and not ib1["to_explain"]  # the paper has no beam-1 entry here
+    assert ib4["errors"]["repeats_per_100"] == 1.0 and ib4["control_errors"]["missing_per_100"] == 1.5
+    assert ib4["updates"] == 13500
+    table = markdown(rows)
+    assert "-2.40 (-0.20) **-2.20 beyond**" in table and "13,500 (converged)" in table
+    assert "1.00 / 2.00 (0.10 / 1.50)" in table and "1.90x (1)" in table and "- paper A" in table
+
+
+def test_a_gap_within_the_rule_is_not_flagged_and_a_run_without_a_control_is_refused():
+    results = [result("L2R", "l2r", 4, 1, 40.0, 1.0, baseline=True), result("IB", "ib", 4, 1, 38.4, 2.0)]
+    (row,) = report_rows(results, PAPERS, {})
+    assert row["beyond_paper"] == pytest.approx(-1.4) and not row["to_explain"]
+    with pytest.raises(ValueError, match="no baseline row"):
+        report_rows(results[1:], PAPERS, {})
+    assert paper_entry(PAPERS, "ib", 10) is None and paper_entry(PAPERS, "nope", 4) is None
+
+
+def test_the_shipped_papers_file_names_the_orders_of_the_benchmark():
+    from conftest import REPO
+
+    papers = json.loads((REPO / "configs/papers/orders.json").read_text())
+    models = {r["model"] for r in json.loads((REPO / "configs/benchmark/orders.json").read_text())}
+    named = set(papers) - {"_about"}
+    assert named <= models, named - models
+    for name in named:
+        for beam, at in papers[name]["beams"].items():
+            assert int(beam) >= 1 and at["speed"] > 0 and at["gap"] <= 0.5, (name, beam)
+
+
+def test_saved_translations_are_the_scored_ones_and_the_report_reads_them(tiny_corpus, tiny_model, tmp_path, capsys):
+    """The benchmark's quality pass writes what it scored: sacreBLEU of the file equals the row's BLEU;
+    the report counts junction errors from those files against the test references."""
+    import sacrebleu
+
+    rows = [{"method": "L2R: greedy", "path": str(tiny_model), "args": "--task fast_translation --beam-search fairseq",
+             "baseline": True, "group": "orders", "beams": [1, 2]},
+            {"method": "engine", "path": str(tiny_model), "args": "--task fast_translation --drafter none",
+             "lossless": True, "group": "orders"}]
+    out = tmp_path / "out"
+    results = benchmark.run_benchmark(rows, tiny_corpus, None, out, batch_sizes=[4], runs=1, timed_sentences=8,
+                                      threads=1, memory=False, max_len=(0.0, 8), hypotheses=out / "hypotheses",
+                                      log=lambda *a, **k: None)
+    refs = (tiny_corpus / "test.de").read_text(encoding="utf-8").splitlines()
+    for r in results:
+        lines = (out / "hypotheses" / r["hypotheses"]).read_text(encoding="utf-8").splitlines()
+        assert len(lines) == len(refs)
+        assert sacrebleu.corpus_bleu(lines, [refs]).score == pytest.approx(r["bleu"], abs=0.01)
+    assert sorted(p.name for p in (out / "hypotheses").iterdir()) == [
+        "L2R_greedy.beam1.txt", "L2R_greedy.beam2.txt", "engine.beam1.txt"]
+    orders_report.main([str(out), "--data", str(tiny_corpus), "--manifest", str(tmp_path / "none.json")])
+    (row,) = json.loads((out / "orders_report.json").read_text())
+    assert row["method"] == "engine" and row["gap"] == 0.0  # lossless: its control's BLEU
+    assert row["errors"] == row["control_errors"] and row["errors"]["sentences"] == len(refs)
+    assert "engine" in capsys.readouterr().out
+
+
+def test_a_missing_translations_file_is_a_clear_error(tmp_path):
+    (tmp_path / "results.jsonl").write_text(json.dumps(dict(result("L2R", "l2r", 1, 1, 40.0, 1.0, baseline=True),
+                                                            hypotheses="L2R.beam1.txt")) + "\n")
+    with pytest.raises(SystemExit, match="missing: run the benchmark again"):
+        orders_report.main([str(tmp_path), "--data", str(tmp_path / "c")])
+
+
+def test_two_methods_that_would_share_a_translations_file_are_refused_up_front(tiny_corpus, tmp_path):
+    rows = [{"method": "a: b", "baseline": True, "path": "x"}, {"method": "a b", "path": "x"}]
+    with pytest.raises(benchmark.BenchmarkError, match="one file"):
+        benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path / "out", hypotheses=tmp_path / "h",
+                                log=lambda *a, **k: None)
+    assert not (tmp_path / "out").exists()
