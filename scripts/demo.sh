@@ -40,8 +40,10 @@ PY
   say "benchmark: every method whose model is in models/, on the shipped test sets (batch 1 and 32)"
   python -m scripts.benchmark --rows configs/benchmark/reference.json configs/benchmark/orders.json \
     --data models/data/en-de --checkpoints models --out "$DIR/results" --timed-sentences "$TIMED" --runs "$RUNS" \
-    --batch-sizes 1 32 --quality-batch-size 32 --skip-missing --jobs "$JOBS" --threads 1
-  say "done in $(( $(date +%s) - start ))s; table: $DIR/results/results.md, plot: $DIR/results/speed_vs_bleu.png"
+    --batch-sizes 1 32 --quality-batch-size 32 --skip-missing --jobs "$JOBS" --threads 1 --save-hypotheses
+  say "the orders against their L2R control and the papers"
+  python -m scripts.orders_report "$DIR/results" --data models/data/en-de
+  say "done in $(( $(date +%s) - start ))s; table: $DIR/results/results.md, plot: $DIR/results/speed_vs_bleu.png, orders: $DIR/results/orders_report.md"
   exit 0
 fi
 

@@ -56,6 +56,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         results = read_results(args.results)
+        if not any(r.get("group", "") == args.group for r in results):
+            print(f"[orders_report] {args.results} has no row of group '{args.group}' (no order was decoded): "
+                  "nothing to report")
+            return
         papers = json.loads(Path(args.papers).read_text())
         manifest = json.loads(Path(args.manifest).read_text())["models"] if Path(args.manifest).exists() else {}
         rows = report_rows(results, papers, manifest, args.group,

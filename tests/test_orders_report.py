@@ -99,3 +99,10 @@ def test_two_methods_that_would_share_a_translations_file_are_refused_up_front(t
         benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path / "out", hypotheses=tmp_path / "h",
                                 log=lambda *a, **k: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_without_orders_reports_nothing_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "results.jsonl").write_text(json.dumps(result("greedy", "b", 1, 1, 40.0, 1.0, True, group="")) + "\n")
+    orders_report.main([str(tmp_path), "--data", str(tmp_path / "c")])
+    assert "nothing to report" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
