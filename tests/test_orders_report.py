@@ -1,6 +1,8 @@
 """The orders' report (scripts/orders_report.py): gaps beside the papers', the rule that flags a gap to
 explain, speed by batch size, junction errors from the benchmark's saved translations."""
 import json
+import time
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +108,44 @@ def test_a_run_without_orders_reports_nothing_and_writes_nothing(tmp_path, capsy
     orders_report.main([str(tmp_path), "--data", str(tmp_path / "c")])
     assert "nothing to report" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
+
+
+def test_the_gpu_evidence_reports_the_orders_beside_the_papers(tiny_corpus, tmp_path, monkeypatch):
+    """The speed part's benchmark of the orders' rows is followed by the orders' report, in OUT's summary
+    and records (the benchmark itself is faked here: its run is the dry run's, tests/test_offline_bundle.py)."""
+    import argparse
+
+    from fairseq_plugins.offline import evidence
+
+    refs = (tiny_corpus / "test.de").read_text(encoding="utf-8").splitlines()
+    args = argparse.Namespace(device="cpu", deadline=600, start=time.time(), work=str(tmp_path / "work"), out=str(tmp_path / "out"),
+                              part="speed", models_dir=str(tmp_path / "models"), batch_sizes=[1, 32], runs=1,
+                              sentences=8, bench_only=None)
+    ev = evidence.Evidence(args)
+    ev.measured = tmp_path / "measured"
+    ev.measured.mkdir()
+    (ev.measured / "en-de").symlink_to(tiny_corpus)
+    real = ev.checked
+
+    def checked(name, cmd, limit=None):
+        if "scripts.benchmark" not in map(str, cmd):
+            return real(name, cmd, limit)
+        out = Path(cmd[cmd.index("--out") + 1])
+        assert "--save-hypotheses" in cmd
+        (out / "hypotheses").mkdir(parents=True)
+        rows = []
+        for method, model, baseline, bleu in (("orders: L2R-KD", "l2r_kd", True, 40.0), ("orders: IBDecoder", "ibdecoder", False, 37.5)):
+            name_ = method.replace(": ", "_").replace("-", "_") + ".beam4.txt"
+            (out / "hypotheses" / name_).write_text("\n".join(refs) + "\n")
+            rows += [dict(result(method, model, 4, bs, bleu, 1.0 if baseline else 2.0, baseline, group="orders"),
+                          corpus="en-de", hypotheses=name_) for bs in (32, 1)]
+        (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (out / "results.md").write_text("the table\n")
+        return 0, ""
+
+    monkeypatch.setattr(ev, "checked", checked)
+    ev.benchmark("orders.json", False)
+    records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    (report,) = [r for r in records if r.get("step") == "orders report orders.json"]
+    assert report["gap"] == -2.5 and report["paper_gap"] == -0.2 and report["errors"]["repeats_per_100"] == 0.0
+    assert "the orders beside the papers, fp32" in (tmp_path / "out" / "summary.md").read_text()

@@ -299,7 +299,8 @@ class Evidence:
         cmd = [sys.executable, "-m", "scripts.benchmark", "--rows", REPO / "configs" / "benchmark" / rows,
                "--data", self.measured / "en-de", "--checkpoints", self.checkpoints, "--out", out,
                "--batch-sizes", *map(str, self.args.batch_sizes), "--runs", self.args.runs, "--timed-sentences", self.args.sentences,
-               "--device", self.device, "--skip-missing", "--quality-batch-size", str(max(self.args.batch_sizes))]
+               "--device", self.device, "--skip-missing", "--quality-batch-size", str(max(self.args.batch_sizes)),
+               "--save-hypotheses"]  # in the work folder: the orders' report reads them, OUT gets its table
         cmd += ["--fp16"] if fp16 else []
         if self.args.bench_only:
             cmd += ["--only", *self.args.bench_only]
@@ -309,6 +310,13 @@ class Evidence:
         results = [dict(json.loads(line), step=f"benchmark {rows}", dtype=dtype)
                    for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
         self.report.add(f"benchmark {rows}, {dtype}, batch 1 and 32", (out / "results.md").read_text(), results)
+        if any(r.get("group") == "orders" for r in results):  # each order beside its L2R control and the papers
+            self.checked(f"orders-report-{Path(rows).stem}-{dtype}",
+                         [sys.executable, "-m", "scripts.orders_report", out, "--data", self.measured / "en-de",
+                          "--manifest", Path(self.args.models_dir) / "MANIFEST.json"])
+            self.report.add(f"the orders beside the papers, {dtype}", (out / "orders_report.md").read_text(),
+                            [dict(r, step=f"orders report {rows}", dtype=dtype)
+                             for r in json.loads((out / "orders_report.json").read_text())])
 
     def freeze_baseline(self):
         """Stage 1's baseline (its exported checkpoint, the one packed) as every role of stage 2's list:
