@@ -100,3 +100,16 @@ def test_corpus_edits_counts_what_copying_the_source_would_get_wrong():
     assert summary(references, references)["copy_bleu"] == 100
     with pytest.raises(SystemExit, match="two sides"):
         summary(sources, references[:2])
+
+
+def test_the_slot_accuracy_command_reads_each_checkpoints_own_order(tiny_corpus, tiny_model, capsys):
+    from scripts.slot_accuracy import main
+
+    main([str(tiny_model), "--data", str(tiny_corpus)])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if str(tiny_model) in x)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == "300" and cells[2] == "l2r"  # the tiny model's 300 updates, a plain L2R model
+    assert 0.0 < float(cells[3]) < 1.0 and cells[4] == cells[3]  # one direction: its accuracy is the whole
+    with pytest.raises(SystemExit, match="not a checkpoint file"):
+        main([str(tiny_model.parent / "nope.pt"), "--data", str(tiny_corpus)])

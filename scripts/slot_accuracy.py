@@ -1,0 +1,61 @@
+#!/usr/bin/env python
+"""Teacher-forced accuracy of checkpoints by direction and by slot of a step (docs/RESULTS.md, the
+orders at convergence; the measure: fairseq_plugins/analysis/slot_accuracy.py): which half of a
+bidirectional order lags, and whether the lag closes as training goes on::
+
+    python -m scripts.slot_accuracy RUNS/ref/checkpoints/ibdecoder/checkpoint_*_*.pt \\
+        models/l2r_kd/checkpoint_best.pt --data models/data/en-de-distilled [--subset valid]
+
+One row per checkpoint, in update order: each reads its own order flags from its saved config.
+"""
+import argparse
+from pathlib import Path
+
+from tabulate import tabulate
+
+
+def evaluate(path, data_bin, subset, cpu=True):
+    """(updates or None, slot_accuracy's result) of the checkpoint at ``path`` on ``data_bin``'s ``subset``."""
+    import torch
+    from fairseq import checkpoint_utils
+
+    import fairseq_plugins  # noqa: F401  (registers the plugin's tasks and models)
+    from fairseq_plugins.analysis.slot_accuracy import slot_accuracy
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_bin)})
+    model = models[0].float()
+    if not cpu and torch.cuda.is_available():
+        model = model.cuda()
+    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    history = state.get("optimizer_history") or [{}]
+    return history[-1].get("num_updates"), slot_accuracy(task, model, subset)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkpoints", nargs="+")
+    ap.add_argument("--data", required=True, help="a corpus folder (with bin/) or its bin/")
+    ap.add_argument("--subset", default="valid")
+    ap.add_argument("--gpu", action="store_true", help="evaluate on the GPU when there is one")
+    args = ap.parse_args(argv)
+    data = Path(args.data)
+    data_bin = data / "bin" if (data / "bin").is_dir() else data
+    for path in args.checkpoints:
+        if not Path(path).is_file():
+            raise SystemExit(f"error: {path} is not a checkpoint file")
+    rows = []
+    for path in args.checkpoints:
+        updates, r = evaluate(path, data_bin, args.subset, cpu=not args.gpu)
+        rows.append((updates if updates is not None else -1, [
+            str(path), "–" if updates is None else f"{updates:,}", r["order"], f"{r['accuracy']:.4f}",
+            " / ".join(f"{v:.4f}" for v in r["by_direction"].values()),
+            " / ".join(f"{v:.4f}" for v in r["by_slot"].values()),
+            f"{r['first_step']:.4f}", "–" if r["later_steps"] is None else f"{r['later_steps']:.4f}"]))
+    rows.sort(key=lambda x: x[0])
+    print(tabulate([r for _, r in rows], headers=["checkpoint", "updates", "order", "accuracy", "by direction (0 = L2R)",
+                                                   "by slot of a step", "first step", "later steps"],
+                   tablefmt="pipe", disable_numparse=True))
+
+
+if __name__ == "__main__":
+    main()
