@@ -591,7 +591,7 @@ def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32)
     _checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
                   kwargs.get("hypotheses"))
     parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
-    if len(parts) == 1:
+    if len(parts) <= 1:  # one unit, or no rows at all
         return run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads, log=log,
                              **kwargs)
     threads = threads or max(1, (os.cpu_count() or 1) // len(parts))  # the cores shared out, not oversubscribed

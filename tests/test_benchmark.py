@@ -668,6 +668,7 @@ def test_jobs_refuse_a_gpu_and_a_bad_count_before_anything_runs(two_groups, tiny
         benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, device="cuda")
     with pytest.raises(benchmark.BenchmarkError, match="at least 1"):
         benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=0)
+    assert benchmark.run_benchmark_jobs([], tiny_corpus, None, tmp_path / "none", jobs=2, **quiet) == []  # all skipped
     with pytest.raises(benchmark.BenchmarkError, match="both baselines"):  # the plan is checked in the parent
         benchmark.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
                                      jobs=2)
