@@ -81,12 +81,10 @@ files are those of one process; each row records ``jobs``.
 Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out``.
 """
 import argparse
-import functools
 import json
 import os
 import re
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -100,7 +98,6 @@ from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.generation import PLUGIN_DIR, Generation
 from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
 from fairseq_plugins.evaluation.timing import pair_ratio, time_interleaved
-from scripts.benchmark_jobs import run_in_processes, split
 from scripts.benchmark_plot import FAMILIES, plot  # FAMILIES: anchors, orders, draft-and-verify, non-autoregressive
 
 RUNS = 5  # timed passes per row, by default
@@ -299,12 +296,12 @@ def expand_rows(rows, batch_sizes):
                 yield row, beam, bs
 
 
-def _checkpoint_path(row, checkpoints):
+def checkpoint_path(row, checkpoints):
     return Path(row["path"]) if "path" in row else Path(checkpoints) / row["model"] / "checkpoint_best.pt"
 
 
 def checkpoint_of(row, checkpoints):
-    path = _checkpoint_path(row, checkpoints)
+    path = checkpoint_path(row, checkpoints)
     if not path.exists():
         raise BenchmarkError(
             f"row '{row['method']}': checkpoint {path} not found; train it first (scripts/train.sh "
@@ -360,18 +357,18 @@ def _mean_accepted(stats):
     return round(stats["accepted_tokens"] / stats["iterations"], 3) if stats.get("iterations") else None
 
 
-def _corpus_folder(row, data):
+def corpus_folder(row, data):
     # a row may decode another corpus of the same data root, e.g. "corpus": "pt_PT-pt_BR"
     return str(Path(data).parent / row["corpus"]) if "corpus" in row else str(data)
 
 
-def _group(row):
+def group_of(row):
     """The row's reference group: rows are timed against the baseline of their own group (``"group"``, e.g.
     the orders against L2R-KD) on the same corpus, beam and batch size; default: the corpus's."""
     return row.get("group", "")
 
 
-def _checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses=None):
+def checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses=None):
     """The (row, beam, batch size) entries to run, the quality pass's batch size first; fails before
     anything runs."""
     if hypotheses is not None:
@@ -400,7 +397,7 @@ def _check_plan(plan, data):
     baselines = {}
     for row, beam, bs in plan:
         if row.get("baseline"):
-            key = (_corpus_folder(row, data), bs, beam, _group(row))
+            key = (corpus_folder(row, data), bs, beam, group_of(row))
             if key in baselines and baselines[key] != row["method"]:
                 raise BenchmarkError(f"rows '{baselines[key]}' and '{row['method']}' are both baselines for "
                                      f"{Path(key[0]).name}, beam {beam}, batch {bs}: mark only one \"baseline\": true, "
@@ -410,9 +407,9 @@ def _check_plan(plan, data):
         if row.get("control") and not (row.get("lossless") and _drafter_of(row) == "none"):
             raise BenchmarkError(f"row '{row['method']}' is a control: it must be the engine's greedy "
                                  "(\"args\": \"... --drafter none\", \"lossless\": true)")
-        if row.get("vs_beam5") and (_corpus_folder(row, data), bs, 5, _group(row)) not in baselines:
+        if row.get("vs_beam5") and (corpus_folder(row, data), bs, 5, group_of(row)) not in baselines:
             raise BenchmarkError(f"row '{row['method']}' asks for ratio_vs_beam5 but no baseline row decodes "
-                                 f"{Path(_corpus_folder(row, data)).name} with beam 5 at batch {bs}: add 5 to the "
+                                 f"{Path(corpus_folder(row, data)).name} with beam 5 at batch {bs}: add 5 to the "
                                  "\"beams\" of the fairseq beam baseline row")
 
 
@@ -436,7 +433,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
     (greedy before beams) and stay loaded: every other row is timed interleaved with its reference."""
     import torch
 
-    plan = _checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses)
+    plan = checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses)
     threads = threads or torch.get_num_threads()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -450,7 +447,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
     results = [None] * len(plan)
     for n, slot in enumerate(schedule, 1):
         row, beam, bs = plan[slot]
-        folder = _corpus_folder(row, data)
+        folder = corpus_folder(row, data)
         corpus = corpora.get(folder) or corpora.setdefault(folder, Corpus(folder))
         ckpt = checkpoint_of(row, checkpoints)
         for path in [ckpt] + [p for p in _extra_checkpoints(row_args(row, checkpoints, data)) if p.exists()]:
@@ -493,7 +490,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
                                      "true, the same beam) ran before it on the same model and batch size")
             identical = sum(tokens[i] == ref[i] for i in ids) / len(ids)
         # timing, interleaved with the reference (a greedy baseline is the reference of itself)
-        group = _group(row)
+        group = group_of(row)
         reference = None if baseline and beam == 1 else (references.get((folder, bs, beam, group))
                                                           or references.get((folder, bs, 1, group)))
         runners = [runner] + ([reference[0]] if reference else [])
@@ -576,62 +573,6 @@ def save_hypotheses(folder, row, beam, texts):
 
 def _hypotheses_name(method, beam):
     return re.sub(r"[^A-Za-z0-9]+", "_", method).strip("_") + f".beam{beam}.txt"
-
-
-def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32), runs=RUNS, device="cpu",
-                       threads=None, log=print, **kwargs):
-    """:func:`run_benchmark` with the rows split over ``jobs`` processes side by side (CPU cores), each
-    a whole benchmark of the rows that depend on each other (:func:`_row_keys`); the results, their
-    order and the files in ``out`` are those of one process, each row recording ``jobs``."""
-    if jobs < 1:
-        raise BenchmarkError(f"--jobs must be at least 1 (got {jobs})")
-    if jobs > 1 and str(device).startswith("cuda"):
-        raise BenchmarkError("--jobs runs rows side by side on the CPU's cores; on a GPU they would share one "
-                             "device and each other's timings: use --jobs 1")
-    _checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
-                  kwargs.get("hypotheses"))
-    parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
-    if len(parts) <= 1:  # one unit, or no rows at all
-        return run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads, log=log,
-                             **kwargs)
-    threads = threads or max(1, (os.cpu_count() or 1) // len(parts))  # the cores shared out, not oversubscribed
-    for k, part in enumerate(parts, 1):
-        log(f"[bench] job {k} of {len(parts)} ({threads} threads): "
-            + "; ".join(rows[i]["method"] for i in part), flush=True)
-    out, scratch = Path(out), Path(out) / ".jobs"
-    calls = [(k, [rows[i] for i in part], data, checkpoints, scratch / f"job{k}", batch_sizes, device, threads,
-              dict(kwargs, runs=runs, jobs=len(parts))) for k, part in enumerate(parts, 1)]
-    try:
-        done = run_in_processes(_job, calls)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)  # each job's own files; the merged ones are written below
-    position = {row["method"]: i for i, row in enumerate(rows)}
-    results = sorted((r for part in done for r in part), key=lambda r: position[r["method"]])  # stable
-    add_derived_ratios(results, {row["method"] for row in rows if row.get("vs_beam5")})
-    write_outputs(results, out)
-    return results
-
-
-def _job(k, rows, data, checkpoints, out, batch_sizes, device, threads, kwargs):
-    """One process of :func:`run_benchmark_jobs`: its rows' benchmark, each log line naming the job."""
-    return run_benchmark(rows, data, checkpoints, out, batch_sizes, device=device, threads=threads,
-                         log=functools.partial(print, f"[job {k}]"), **kwargs)
-
-
-def _row_keys(row, checkpoints, data):
-    """What ties a row to others (one process runs them): its corpus and group, whose baselines time it,
-    and the checkpoints whose baseline output it is compared with or whose engine greedy it is timed beside."""
-    keys = [("reference", str(_corpus_folder(row, data)), _group(row)), ("checkpoint", str(_checkpoint_path(row, checkpoints)))]
-    if "greedy_model" in row:
-        keys.append(("checkpoint", str(_checkpoint_path({"model": row["greedy_model"]}, checkpoints))))
-    return keys
-
-
-def _row_weight(row, batch_sizes):
-    """A row's work, roughly: per beam and batch size, a pass that costs more with the beam, twice for a
-    row timed beside its reference."""
-    per_pass = sum(1 + beam / 5 for beam in row.get("beams", [1])) * len(row.get("batch_sizes", batch_sizes))
-    return per_pass * (1 if row.get("baseline") else 2)
 
 
 def _drafter_of(row):
@@ -773,6 +714,8 @@ def main(argv=None):
             rows = [r for r in rows if not missing[r["method"]]]
         if args.only:
             rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
+        from scripts.benchmark_jobs import run_benchmark_jobs  # it runs this module's run_benchmark in each job
+
         results = run_benchmark_jobs(rows, args.data, args.checkpoints, args.out, args.jobs, args.batch_sizes,
                                      args.runs, args.device, args.threads, timed_sentences=args.timed_sentences,
                                      fp16=args.fp16, max_len=(args.max_len_a, args.max_len_b),
@@ -787,7 +730,7 @@ def main(argv=None):
 
 def missing_checkpoints(row, checkpoints, data):
     """The checkpoints a row decodes with (its model's, a drafter's) that are not there yet."""
-    return [p for p in [_checkpoint_path(row, checkpoints)] + _extra_checkpoints(row_args(row, checkpoints, data)) if not p.exists()]
+    return [p for p in [checkpoint_path(row, checkpoints)] + _extra_checkpoints(row_args(row, checkpoints, data)) if not p.exists()]
 
 
 def checkpoint_exists(row, checkpoints, data):

@@ -6,8 +6,14 @@ a checkpoint, whose greedy output lossless rows are compared with), so each proc
 benchmark of its own and every ratio is still a pair of passes timed interleaved in one process.
 The joined units go to the process with the least work so far, largest first (LPT scheduling).
 """
+import functools
 import multiprocessing
+import os
+import shutil
 import time
+from pathlib import Path
+
+from scripts import benchmark as bench
 
 
 def split(rows, keys_of, weight_of, jobs):
@@ -52,3 +58,60 @@ def run_in_processes(target, calls, poll=0.2):
                     p.get()  # raises the job's exception
             time.sleep(poll)
         return [p.get() for p in pending]
+
+
+def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32), runs=bench.RUNS, device="cpu",
+                       threads=None, log=print, **kwargs):
+    """``benchmark.run_benchmark`` with the rows split over ``jobs`` processes side by side (CPU cores), each
+    a whole benchmark of the rows that depend on each other (:func:`_row_keys`); the results, their
+    order and the files in ``out`` are those of one process, each row recording ``jobs``."""
+    if jobs < 1:
+        raise bench.BenchmarkError(f"--jobs must be at least 1 (got {jobs})")
+    if jobs > 1 and str(device).startswith("cuda"):
+        raise bench.BenchmarkError("--jobs runs rows side by side on the CPU's cores; on a GPU they would share "
+                                   "one device and each other's timings: use --jobs 1")
+    bench.checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
+                       kwargs.get("hypotheses"))
+    parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
+    if len(parts) <= 1:  # one unit, or no rows at all
+        return bench.run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads,
+                                   log=log, **kwargs)
+    threads = threads or max(1, (os.cpu_count() or 1) // len(parts))  # the cores shared out, not oversubscribed
+    for k, part in enumerate(parts, 1):
+        log(f"[bench] job {k} of {len(parts)} ({threads} threads): "
+            + "; ".join(rows[i]["method"] for i in part), flush=True)
+    out, scratch = Path(out), Path(out) / ".jobs"
+    calls = [(k, [rows[i] for i in part], data, checkpoints, scratch / f"job{k}", batch_sizes, device, threads,
+              dict(kwargs, runs=runs, jobs=len(parts))) for k, part in enumerate(parts, 1)]
+    try:
+        done = run_in_processes(_job, calls)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # each job's own files; the merged ones are written below
+    position = {row["method"]: i for i, row in enumerate(rows)}
+    results = sorted((r for part in done for r in part), key=lambda r: position[r["method"]])  # stable
+    bench.add_derived_ratios(results, {row["method"] for row in rows if row.get("vs_beam5")})
+    bench.write_outputs(results, out)
+    return results
+
+
+def _job(k, rows, data, checkpoints, out, batch_sizes, device, threads, kwargs):
+    """One process of :func:`run_benchmark_jobs`: its rows' benchmark, each log line naming the job."""
+    return bench.run_benchmark(rows, data, checkpoints, out, batch_sizes, device=device, threads=threads,
+                               log=functools.partial(print, f"[job {k}]"), **kwargs)
+
+
+def _row_keys(row, checkpoints, data):
+    """What ties a row to others (one process runs them): its corpus and group, whose baselines time it,
+    and the checkpoints whose baseline output it is compared with or whose engine greedy it is timed beside."""
+    keys = [("reference", str(bench.corpus_folder(row, data)), bench.group_of(row)),
+            ("checkpoint", str(bench.checkpoint_path(row, checkpoints)))]
+    if "greedy_model" in row:
+        keys.append(("checkpoint", str(bench.checkpoint_path({"model": row["greedy_model"]}, checkpoints))))
+    return keys
+
+
+def _row_weight(row, batch_sizes):
+    """A row's work, roughly: per beam and batch size, a pass that costs more with the beam, twice for a
+    row timed beside its reference."""
+    per_pass = sum(1 + beam / 5 for beam in row.get("beams", [1])) * len(row.get("batch_sizes", batch_sizes))
+    return per_pass * (1 if row.get("baseline") else 2)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import REPO
 from fairseq_plugins.viz.speed_vs_bleu import group_notes, pareto_front
-from scripts import benchmark
+from scripts import benchmark, benchmark_jobs
 from scripts.reference_run import read_models
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
@@ -582,15 +582,13 @@ def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
 
 
 def test_split_keeps_rows_that_share_a_key_together_and_balances_the_rest():
-    from scripts.benchmark_jobs import split
-
     rows = ["a1", "b1", "a2", "c1", "b2", "d1"]  # a row's key: its letter; c and d share "cd" too
     keys = {"a1": ["a"], "a2": ["a"], "b1": ["b"], "b2": ["b"], "c1": ["c", "cd"], "d1": ["d", "cd"]}
     weight = {"a1": 5, "a2": 5, "b1": 1, "b2": 1, "c1": 2, "d1": 2}
-    parts = split(rows, keys.__getitem__, weight.__getitem__, 2)
+    parts = benchmark_jobs.split(rows, keys.__getitem__, weight.__getitem__, 2)
     assert sorted(parts) == [[0, 2], [1, 3, 4, 5]]  # a (10) alone; b (2) and c+d (4) beside it, in order
-    assert split(rows, keys.__getitem__, weight.__getitem__, 9) == [[0, 2], [3, 5], [1, 4]]  # one part per unit
-    assert split(rows, lambda r: ["all"], weight.__getitem__, 2) == [list(range(6))]
+    assert benchmark_jobs.split(rows, keys.__getitem__, weight.__getitem__, 9) == [[0, 2], [3, 5], [1, 4]]  # one part per unit
+    assert benchmark_jobs.split(rows, lambda r: ["all"], weight.__getitem__, 2) == [list(range(6))]
 
 
 def test_the_demos_rows_split_so_every_reference_runs_in_the_rows_own_job():
@@ -598,15 +596,13 @@ def test_the_demos_rows_split_so_every_reference_runs_in_the_rows_own_job():
     be an error or a ratio against nothing: every row's dependencies are in its own part."""
     rows = benchmark.load_rows([REPO / "configs/benchmark/reference.json", REPO / "configs/benchmark/orders.json"])
     data, ckpts = REPO / "models/data/en-de", REPO / "models"
-    from scripts.benchmark_jobs import split
-
-    parts = split(rows, lambda r: benchmark._row_keys(r, ckpts, data), lambda r: benchmark._row_weight(r, (1, 32)), 2)
+    parts = benchmark_jobs.split(rows, lambda r: benchmark_jobs._row_keys(r, ckpts, data), lambda r: benchmark_jobs._row_weight(r, (1, 32)), 2)
     assert len(parts) == 2 and sorted(i for p in parts for i in p) == list(range(len(rows)))
     part_of = {rows[i]["method"]: k for k, p in enumerate(parts) for i in p}
     for row in rows:
-        folder, group = benchmark._corpus_folder(row, data), benchmark._group(row)
-        baselines = [r for r in rows if r.get("baseline") and benchmark._corpus_folder(r, data) == folder
-                     and benchmark._group(r) == group]
+        folder, group = benchmark.corpus_folder(row, data), benchmark.group_of(row)
+        baselines = [r for r in rows if r.get("baseline") and benchmark.corpus_folder(r, data) == folder
+                     and benchmark.group_of(r) == group]
         models = {row.get("model"), row.get("greedy_model")} - {None}
         tied = baselines + [r for r in rows if r.get("model") in models and (r.get("baseline") or r.get("args", "").endswith("--drafter none"))]
         assert tied, row["method"]
@@ -637,8 +633,8 @@ def two_groups(tiny_corpus, tiny_model, tmp_path):
 def test_jobs_give_one_processs_results_and_files(two_groups, tiny_corpus, tmp_path, capfd):
     rows, _ = two_groups
     kw = dict(batch_sizes=[4], runs=1, timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))  # short: quick
-    one = benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "one", jobs=1, **kw, **quiet)
-    two = benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "two", jobs=2, **kw)
+    one = benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "one", jobs=1, **kw, **quiet)
+    two = benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "two", jobs=2, **kw)
     assert [r["method"] for r in two] == [r["method"] for r in one] == ["greedy A", "greedy B", "engine A", "engine B"]
     assert [r["jobs"] for r in one] == [1] * 4 and [r["jobs"] for r in two] == [2] * 4
     for a, b in zip(one, two):  # the same decodes: only the clock differs
@@ -657,7 +653,7 @@ def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_group
     rows, other = two_groups
     other.unlink()  # group B's checkpoint is gone: its job fails at its first row
     with pytest.raises(benchmark.BenchmarkError, match="checkpoint .*other.* not found"):
-        benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
+        benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
                                      timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -665,11 +661,11 @@ def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_group
 def test_jobs_refuse_a_gpu_and_a_bad_count_before_anything_runs(two_groups, tiny_corpus, tmp_path):
     rows, _ = two_groups
     with pytest.raises(benchmark.BenchmarkError, match="use --jobs 1"):
-        benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, device="cuda")
+        benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, device="cuda")
     with pytest.raises(benchmark.BenchmarkError, match="at least 1"):
-        benchmark.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=0)
-    assert benchmark.run_benchmark_jobs([], tiny_corpus, None, tmp_path / "none", jobs=2, **quiet) == []  # all skipped
+        benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=0)
+    assert benchmark_jobs.run_benchmark_jobs([], tiny_corpus, None, tmp_path / "none", jobs=2, **quiet) == []  # all skipped
     with pytest.raises(benchmark.BenchmarkError, match="both baselines"):  # the plan is checked in the parent
-        benchmark.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
+        benchmark_jobs.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
                                      jobs=2)
     assert not (tmp_path / "out").exists()
