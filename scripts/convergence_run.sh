@@ -7,8 +7,8 @@
 # repository's history), or CONVERGENCE_TEACHER=CKPT, is frozen as the teacher, and stages 1 and 2 then
 # run side by side, sharing the N training slots of RUNS/ref (a slot stage 1 frees goes to the next
 # order at once), the drafters after the orders (they need the verifier, frozen when stage 1's baseline
-# ends), the typo verifier last; a run that finds a frozen teacher does the same.  Without either, the
-# teacher is stage 1's converged baseline.
+# ends), then the typo verifier, and last the comparisons that do not ship; a run that finds a frozen
+# teacher does the same.  Without either, the teacher is stage 1's converged baseline.
 # 1. the en-de and typo-correction corpora (skipped when built);
 # 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
 #    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
@@ -17,10 +17,13 @@
 #    warm start) and as verifier (verifier/: the drafters' and blockwise heads'), both the checkpoint
 #    models/ ships, and the distilled corpus (beam 5; resumable by shards, skipped when distill.json
 #    exists; shipped in models/data/en-de-distilled, and restored from there on another machine);
-# 4. stage 2, distilled corpus: every order, the L2R control, blockwise heads and the GAD drafters
-#    (configs/reference/convergence_kd.txt), each order stopped at the issue's rule (>= 5 points, the
-#    last at >= 3x the updates at which l2r_kd flattened), at most STAGE2_MAX_UPDATE (30000) updates;
-# 5. every model without optimizer state in RUNS/ref/export (the benchmark's --checkpoints).
+# 4. stage 2, distilled corpus: the four orders, the L2R control, blockwise heads and the shallow GAD
+#    drafters (configs/reference/convergence_kd.txt), each order stopped at the issue's rule (>= 5
+#    points, the last at >= 3x the updates at which l2r_kd flattened), at most STAGE2_MAX_UPDATE
+#    (30000) updates; with a teacher frozen early it runs beside stage 1, whose typo verifier follows it;
+# 5. the comparisons that do not ship (configs/reference/convergence_extra.txt: IBDecoder from scratch,
+#    the full-size GAD drafter, R2L, SA-L2R), under stage 2's rule, after everything models/ ships;
+# 6. every model without optimizer state in RUNS/ref/export (the benchmark's --checkpoints).
 # Run it again after an interruption: each step resumes where it stopped.  Logs: RUNS/ref/<name>/.
 # The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there is not
 # trained again, one that converges is packed there at once, and a model with no checkpoint in RUNS
@@ -48,7 +51,8 @@ stage1() {  # PARALLEL [NAME...]: the models of the list to train (default: all)
       --models-dir "$models" --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 \
       --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
 }
-stage2() {  # the distilled corpus: restored from models/ where it ships, else distilled and shipped there
+stage2() {  # PARALLEL [LIST]: the distilled corpus (restored from models/ where it ships, else distilled and
+            # shipped there), then LIST's models (default convergence_kd: what models/ ships)
   if [ ! -f "$data/en-de-distilled/distill.json" ]; then
     if [ -f "$models/data/en-de-distilled/distill.json" ]; then
       $py -m scripts.distill --data "$data/en-de" --restore "$models/data/en-de-distilled" --out "$data/en-de-distilled"
@@ -57,7 +61,7 @@ stage2() {  # the distilled corpus: restored from models/ where it ships, else d
           --batch-size 64 --ship "$models/data/en-de-distilled"
     fi
   fi
-  $py -m scripts.reference_run --models configs/reference/convergence_kd.txt --data "$data" --out "$ref" \
+  $py -m scripts.reference_run --models "configs/reference/${2:-convergence_kd}.txt" --data "$data" --out "$ref" \
       --models-dir "$models" --max-update "$stage2_updates" --interval 500 --parallel "$1"
 }
 # the baseline's roles in stage 2 ({CKPT}/teacher/, {CKPT}/verifier/ in convergence_kd.txt), each copied
@@ -84,8 +88,9 @@ else
   freeze verifier "$shipped"
   stage2 "$parallel"
 fi
+stage2 "$parallel" convergence_extra  # what does not ship, once the set is trained
 
-for list in convergence_gold convergence_kd; do
+for list in convergence_gold convergence_kd convergence_extra; do
   $py -m scripts.reference_run --models "configs/reference/$list.txt" --data "$data" --out "$ref" \
       --skip-training --export "$ref/export"
 done

@@ -146,7 +146,8 @@ def test_a_role_is_frozen_once_and_never_replaced(tmp_path, tiny_model):
     assert rm.freeze(ckpts, "verifier", newer).read_bytes() == b"a later baseline"  # each role on its own
     # the convergence run's stage 2 reads the roles: the orders the teacher, the drafters the verifier
     from scripts.reference_run import config_args, read_models
-    for m in read_models(REPO / "configs" / "reference" / "convergence_kd.txt"):
+    for m in [m for name in ("convergence_kd.txt", "convergence_extra.txt")
+              for m in read_models(REPO / "configs" / "reference" / name)]:
         words = " ".join(config_args(m["config"], "CK", "D", m["baseline"]) + m["extra"])
         assert "CK/baseline/" not in words and "{CKPT}/baseline/" not in words, m["name"]
         assert ("/teacher/" in words) == ("--init-from-l2r" in words), m["name"]
