@@ -29,8 +29,10 @@ from pathlib import Path
 
 from fairseq_plugins.evaluation.iteration_intervals import intervals_markdown, iteration_intervals
 from fairseq_plugins.evaluation.profile_points import ENGINE_STEPS, POINTS
+from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.row_profile import markdown, profile_row
-from scripts import benchmark  # the benchmark's runners, corpus and rows
+from fairseq_plugins.evaluation.runners import FairseqRunner
+from scripts import benchmark  # the benchmark's rows
 
 DEFAULT_ROWS = [
     {"method": "fairseq greedy", "args": "--task fast_translation --beam-search fairseq"},
@@ -70,7 +72,7 @@ def main(argv=None):
             rows = [r for r in rows if any(s in r["method"] for s in args.only)]
         if not rows:
             raise benchmark.BenchmarkError("no row to profile: check --only")
-        corpus = benchmark.Corpus(args.data)
+        corpus = Corpus(args.data)
         report, text = [], []
         plain_unit = {}  # batch size -> a plain engine step's seconds (the --drafter none row's intervals)
         for row in rows:
@@ -82,7 +84,7 @@ def main(argv=None):
                 for bs in args.batch_sizes:
                     print(f"[profile] {row['method']} | beam {beam} | batch {bs}", flush=True)
                     row_args = benchmark.row_args(row, args.checkpoints, args.data)  # {CKPT}/{DATA} resolved
-                    runner = benchmark.FairseqRunner(corpus, ckpt, row_args, beam, bs, args.device,
+                    runner = FairseqRunner(corpus, ckpt, row_args, beam, bs, args.device,
                                                      args.fp16, args.threads, (args.max_len_a, args.max_len_b),
                                                      args.sentences)
                     summary = profile_row(runner, args.device, POINTS + (ENGINE_STEPS if args.engine_steps else []))

@@ -243,7 +243,7 @@ def check_curve_header(path, curve, header):
 
 def score(corpus, checkpoint, generate, beam, gpu):
     """sacreBLEU of ``checkpoint`` on ``corpus``'s split, decoded as every curve is; (quality, sentence ids)."""
-    from scripts.benchmark import FairseqRunner
+    from fairseq_plugins.evaluation.runners import FairseqRunner
 
     runner = FairseqRunner(corpus, checkpoint, f"{CURVE_GENERATE} {generate}", beam, 128,
                            "cuda" if gpu else "cpu", gpu, 1, max_len=(1.2, 10))

@@ -6,7 +6,8 @@ from fairseq_plugins.decoding.acceptance import Exact
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.step import DecoderStep
 from fairseq_plugins.evaluation import iteration_intervals, profile_points, row_profile
-from scripts import benchmark
+from fairseq_plugins.evaluation.corpus import Corpus
+from fairseq_plugins.evaluation.runners import FairseqRunner
 
 
 @pytest.fixture(scope="module")
@@ -14,10 +15,10 @@ def engine_runner(tiny_corpus, tiny_model):
     import torch
 
     torch.set_num_threads(1)
-    corpus = benchmark.Corpus(tiny_corpus)
-    return benchmark.FairseqRunner(corpus, tiny_model, "--task fast_translation --drafter jacobi_hgj --block-size 3 "
-                                   "--adaptive-block-size off",  # every iteration verifies a draft
-                                   1, 4, "cpu", False, 1, (1.2, 10), 8)
+    corpus = Corpus(tiny_corpus)
+    return FairseqRunner(corpus, tiny_model, "--task fast_translation --drafter jacobi_hgj --block-size 3 "
+                         "--adaptive-block-size off",  # every iteration verifies a draft
+                         1, 4, "cpu", False, 1, (1.2, 10), 8)
 
 
 def test_resolve_paths_and_classes(engine_runner):
