@@ -82,8 +82,6 @@ Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out`
 """
 import argparse
 import json
-import re
-import shlex
 import statistics
 import time
 from pathlib import Path
@@ -91,122 +89,16 @@ from pathlib import Path
 from tabulate import tabulate
 
 from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
+from fairseq_plugins.evaluation.bench_rows import (
+    load_rows, family_of, checkpoint_of, CheckpointStamps, row_args, extra_checkpoints, corpus_folder,
+    group_of, checked_plan, hypotheses_name, is_engine_greedy, is_drafting, missing_checkpoints)
 from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
 from fairseq_plugins.evaluation.runners import CTranslate2Runner, FairseqRunner
 from fairseq_plugins.evaluation.timing import pair_ratio, time_interleaved
-from scripts.benchmark_plot import FAMILIES, plot  # FAMILIES: anchors, orders, draft-and-verify, non-autoregressive
+from scripts.benchmark_plot import plot
 
 RUNS = 5  # timed passes per row, by default
-
-# ----------------------------------------------------------------------------------------------
-# rows: files and families
-# ----------------------------------------------------------------------------------------------
-
-def load_rows(paths):
-    """The rows of several files, concatenated in order.  A row repeated verbatim in a later file (a
-    baseline every family's file carries) is kept once; another row under the same method is an error."""
-    rows, seen = [], {}
-    for path in map(Path, paths):
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise BenchmarkError(f"rows file {path} not found (see configs/benchmark/)") from None
-        except json.JSONDecodeError as e:
-            raise BenchmarkError(f"rows file {path} is not valid JSON: {e}") from None
-        if not isinstance(data, list):
-            raise BenchmarkError(f"rows file {path} must hold a JSON list of rows")
-        for row in data:
-            if not isinstance(row, dict) or "method" not in row:
-                raise BenchmarkError(f"{path}: every row needs a 'method' (got {row!r})")
-            first = seen.get(row["method"])
-            if first is not None:
-                if first[1] == row:
-                    continue
-                raise BenchmarkError(f"method '{row['method']}' is defined differently in {first[0]} and {path}: "
-                                     "give one of them another name")
-            seen[row["method"]] = (path, row)
-            rows.append(row)
-    return rows
-
-
-def _flag(args, name):
-    """The value of ``name`` in an argument list (``--x v`` or ``--x=v``; True without a value), else None."""
-    for i, a in enumerate(args):
-        if a == name:
-            return args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def family_of(row):
-    """The row's method family (the plot's marker): its ``family`` field, else from its backend/args."""
-    family = row.get("family")
-    if family is not None:
-        if family not in FAMILIES:
-            raise BenchmarkError(f"row '{row['method']}': unknown family '{family}' (choose from {', '.join(FAMILIES)})")
-        return family
-    if row.get("backend", "fairseq") == "ctranslate2":
-        return "anchors"
-    args = shlex.split(row.get("args", ""))
-    if _flag(args, "--task") == "translation_lev" or _flag(args, "--acceptance") == "all":
-        return "non-autoregressive"  # Mask-Predict; a drafter decoding alone (GAD's "NAR drafter" row)
-    if _flag(args, "--drafter") not in (None, "none"):
-        return "draft-and-verify"
-    if any(_flag(args, f) is not None for f in ("--target-order", "--tokens-per-direction", "--directions", "--double-topk")):
-        return "orders"
-    return "anchors"  # fairseq's own greedy and beam, and the engine's greedy (--drafter none): no method on top
-
-
-def expand_rows(rows, batch_sizes):
-    for row in rows:
-        for beam in row.get("beams", [1]):
-            for bs in row.get("batch_sizes", batch_sizes):
-                yield row, beam, bs
-
-
-def checkpoint_path(row, checkpoints):
-    return Path(row["path"]) if "path" in row else Path(checkpoints) / row["model"] / "checkpoint_best.pt"
-
-
-def checkpoint_of(row, checkpoints):
-    path = checkpoint_path(row, checkpoints)
-    if not path.exists():
-        raise BenchmarkError(
-            f"row '{row['method']}': checkpoint {path} not found; train it first (scripts/train.sh "
-            f"{row.get('model', '<config>')}) or fix 'model'/'path' in the rows file")
-    return path
-
-
-class CheckpointStamps:
-    """Each checkpoint's size and modification time when a row first read it.  Rows compared with
-    each other (lossless against greedy, timed interleaved) must decode the same weights, and a
-    training that is still running rewrites its checkpoint_best.pt between two rows' loads."""
-
-    def __init__(self):
-        self.seen = {}
-
-    def check(self, path):
-        stat = Path(path).stat()
-        stamp = (stat.st_size, stat.st_mtime_ns)
-        if self.seen.setdefault(str(path), stamp) != stamp:
-            raise BenchmarkError(
-                f"checkpoint {path} changed while the benchmark ran (a training still saving it?): the rows "
-                "would compare different weights; benchmark a copy (cp the checkpoints to another folder and "
-                "point --checkpoints or the row's 'path' there), or wait until the training ends")
-
-
-def row_args(row, checkpoints, data):
-    """The row's fairseq-generate arguments with ``{CKPT}`` -> the checkpoints root and ``{DATA}`` ->
-    the data root (the folder holding the corpus folders), e.g. ``--drafter-path {CKPT}/gad_drafter/...``."""
-    return row.get("args", "").replace("{CKPT}", str(checkpoints)).replace("{DATA}", str(Path(data).parent))
-
-
-def _extra_checkpoints(args):
-    """Checkpoints a row's arguments name besides ``--path`` (a drafter's)."""
-    words = shlex.split(args)
-    return [Path(words[i + 1]) for i, w in enumerate(words[:-1]) if w == "--drafter-path"]
 
 
 def n_sentences(batches):
@@ -225,62 +117,6 @@ def _calls_per_token(calls, tokens):
 
 def _mean_accepted(stats):
     return round(stats["accepted_tokens"] / stats["iterations"], 3) if stats.get("iterations") else None
-
-
-def corpus_folder(row, data):
-    # a row may decode another corpus of the same data root, e.g. "corpus": "pt_PT-pt_BR"
-    return str(Path(data).parent / row["corpus"]) if "corpus" in row else str(data)
-
-
-def group_of(row):
-    """The row's reference group: rows are timed against the baseline of their own group (``"group"``, e.g.
-    the orders against L2R-KD) on the same corpus, beam and batch size; default: the corpus's."""
-    return row.get("group", "")
-
-
-def checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses=None):
-    """The (row, beam, batch size) entries to run, the quality pass's batch size first; fails before
-    anything runs."""
-    if hypotheses is not None:
-        names = {}
-        for row in rows:
-            other = names.setdefault(_hypotheses_name(row["method"], 1), row["method"])
-            if other != row["method"]:
-                raise BenchmarkError(f"rows '{other}' and '{row['method']}' would save their translations to one "
-                                     "file: rename one (the file name keeps only letters and digits)")
-    if runs < 1:
-        raise BenchmarkError(f"--runs must be at least 1 (got {runs})")
-    if quality_batch_size is not None and quality_batch_size not in batch_sizes:
-        raise BenchmarkError(f"--quality-batch-size {quality_batch_size} is not one of --batch-sizes "
-                             f"{' '.join(map(str, batch_sizes))}: BLEU is computed in one of the timed passes; "
-                             "add it to --batch-sizes or leave --quality-batch-size out")
-    for row in rows:
-        family_of(row)  # an unknown family
-    plan = list(expand_rows(rows, sorted(batch_sizes, key=lambda b: b != quality_batch_size)))
-    _check_plan(plan, data)
-    return plan
-
-
-def _check_plan(plan, data):
-    """Fail before anything runs: one baseline per (corpus, batch size, beam, group); rows that ask for
-    ratio_vs_beam5 have a fairseq beam-5 baseline on their corpus."""
-    baselines = {}
-    for row, beam, bs in plan:
-        if row.get("baseline"):
-            key = (corpus_folder(row, data), bs, beam, group_of(row))
-            if key in baselines and baselines[key] != row["method"]:
-                raise BenchmarkError(f"rows '{baselines[key]}' and '{row['method']}' are both baselines for "
-                                     f"{Path(key[0]).name}, beam {beam}, batch {bs}: mark only one \"baseline\": true, "
-                                     "or give one of them (and the rows timed against it) its own \"group\"")
-            baselines[key] = row["method"]
-    for row, beam, bs in plan:
-        if row.get("control") and not (row.get("lossless") and _drafter_of(row) == "none"):
-            raise BenchmarkError(f"row '{row['method']}' is a control: it must be the engine's greedy "
-                                 "(\"args\": \"... --drafter none\", \"lossless\": true)")
-        if row.get("vs_beam5") and (corpus_folder(row, data), bs, 5, group_of(row)) not in baselines:
-            raise BenchmarkError(f"row '{row['method']}' asks for ratio_vs_beam5 but no baseline row decodes "
-                                 f"{Path(corpus_folder(row, data)).name} with beam 5 at batch {bs}: add 5 to the "
-                                 "\"beams\" of the fairseq beam baseline row")
 
 
 def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, max_len, timed_sentences):
@@ -320,7 +156,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
         folder = corpus_folder(row, data)
         corpus = corpora.get(folder) or corpora.setdefault(folder, Corpus(folder))
         ckpt = checkpoint_of(row, checkpoints)
-        for path in [ckpt] + [p for p in _extra_checkpoints(row_args(row, checkpoints, data)) if p.exists()]:
+        for path in [ckpt] + [p for p in extra_checkpoints(row_args(row, checkpoints, data)) if p.exists()]:
             stamps.check(path)
         backend = row.get("backend", "fairseq")
         baseline = bool(row.get("baseline"))
@@ -367,7 +203,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
         # a drafting row is also timed beside the engine's greedy on the same model (its own no-drafter
         # path): the ratio the "drafting never loses to greedy" goal is about, measured pair by pair
         # (for frozen blockwise heads: the engine's greedy on their base model, the same decode)
-        engine = engines.get((folder, bs, str(greedy_ckpt))) if beam == 1 and _is_drafting(row) else None
+        engine = engines.get((folder, bs, str(greedy_ckpt))) if beam == 1 and is_drafting(row) else None
         if engine is not None:
             runners.append(engine)
         times, (calls, stats) = time_interleaved(runners, runs, clock=clock)
@@ -420,7 +256,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
             flush=True)
         if baseline:
             references[(folder, bs, beam, group)] = (runner, result)
-        elif _is_engine_greedy(row) and beam == 1:
+        elif is_engine_greedy(row) and beam == 1:
             engines[(folder, bs, str(ckpt))] = runner
         del runner
     add_derived_ratios(results, vs_beam5)
@@ -434,36 +270,18 @@ def save_hypotheses(folder, row, beam, texts):
     letters and digits made one '_'); written whole or not at all.  Returns the file's name."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    name = _hypotheses_name(row["method"], beam)
+    name = hypotheses_name(row["method"], beam)
     part = folder / (name + ".part")
     part.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
     part.replace(folder / name)
     return name
 
 
-def _hypotheses_name(method, beam):
-    return re.sub(r"[^A-Za-z0-9]+", "_", method).strip("_") + f".beam{beam}.txt"
-
-
-def _drafter_of(row):
-    return None if row.get("backend", "fairseq") != "fairseq" else _flag(shlex.split(row.get("args", "")), "--drafter")
-
-
-def _is_engine_greedy(row):
-    """The draft-and-verify engine without a drafter (``--drafter none``): the drafting rows' own greedy."""
-    return _drafter_of(row) == "none" and not row.get("baseline") and not row.get("control")
-
-
-def _is_drafting(row):
-    """A lossless row with a drafter, or the A/A control: timed beside the engine's greedy too."""
-    return bool(row.get("lossless")) and (_drafter_of(row) not in (None, "none") or bool(row.get("control")))
-
-
 def _schedule_key(row, beam, bs):
     """fairseq greedy baselines, then their beams, then the engine's greedy, then every other row."""
     if row.get("baseline"):
         return int(beam != 1)
-    return 2 if _is_engine_greedy(row) else 3
+    return 2 if is_engine_greedy(row) else 3
 
 
 def add_derived_ratios(results, vs_beam5=()):
@@ -596,15 +414,6 @@ def main(argv=None):
     print(markdown_table(results))
     print(f"\nresults: {Path(args.out) / 'results.jsonl'}, {Path(args.out) / 'results.md'}, "
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
-
-
-def missing_checkpoints(row, checkpoints, data):
-    """The checkpoints a row decodes with (its model's, a drafter's) that are not there yet."""
-    return [p for p in [checkpoint_path(row, checkpoints)] + _extra_checkpoints(row_args(row, checkpoints, data)) if not p.exists()]
-
-
-def checkpoint_exists(row, checkpoints, data):
-    return not missing_checkpoints(row, checkpoints, data)
 
 
 def default_device():

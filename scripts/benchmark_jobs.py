@@ -13,6 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
+from fairseq_plugins.evaluation import bench_rows
 from scripts import benchmark as bench
 
 
@@ -70,7 +71,7 @@ def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32)
     if jobs > 1 and str(device).startswith("cuda"):
         raise bench.BenchmarkError("--jobs runs rows side by side on the CPU's cores; on a GPU they would share "
                                    "one device and each other's timings: use --jobs 1")
-    bench.checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
+    bench_rows.checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
                        kwargs.get("hypotheses"))
     parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
     if len(parts) <= 1:  # one unit, or no rows at all
@@ -103,10 +104,10 @@ def _job(k, rows, data, checkpoints, out, batch_sizes, device, threads, kwargs):
 def _row_keys(row, checkpoints, data):
     """What ties a row to others (one process runs them): its corpus and group, whose baselines time it,
     and the checkpoints whose baseline output it is compared with or whose engine greedy it is timed beside."""
-    keys = [("reference", str(bench.corpus_folder(row, data)), bench.group_of(row)),
-            ("checkpoint", str(bench.checkpoint_path(row, checkpoints)))]
+    keys = [("reference", str(bench_rows.corpus_folder(row, data)), bench_rows.group_of(row)),
+            ("checkpoint", str(bench_rows.checkpoint_path(row, checkpoints)))]
     if "greedy_model" in row:
-        keys.append(("checkpoint", str(bench.checkpoint_path({"model": row["greedy_model"]}, checkpoints))))
+        keys.append(("checkpoint", str(bench_rows.checkpoint_path({"model": row["greedy_model"]}, checkpoints))))
     return keys
 
 

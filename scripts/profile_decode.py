@@ -27,12 +27,13 @@ import json
 import statistics
 from pathlib import Path
 
+from fairseq_plugins.evaluation import bench_rows
+from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.iteration_intervals import intervals_markdown, iteration_intervals
 from fairseq_plugins.evaluation.profile_points import ENGINE_STEPS, POINTS
-from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.row_profile import markdown, profile_row
 from fairseq_plugins.evaluation.runners import FairseqRunner
-from scripts import benchmark  # the benchmark's rows
+from scripts import benchmark  # its default device, error and sentence count
 
 DEFAULT_ROWS = [
     {"method": "fairseq greedy", "args": "--task fast_translation --beam-search fairseq"},
@@ -67,7 +68,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     try:
-        rows = benchmark.load_rows(args.rows) if args.rows else [dict(r) for r in DEFAULT_ROWS]
+        rows = bench_rows.load_rows(args.rows) if args.rows else [dict(r) for r in DEFAULT_ROWS]
         if args.only:
             rows = [r for r in rows if any(s in r["method"] for s in args.only)]
         if not rows:
@@ -79,11 +80,11 @@ def main(argv=None):
             if row.get("backend", "fairseq") != "fairseq":
                 print(f"[profile] skipping '{row['method']}': torch's profiler does not see {row['backend']}")
                 continue
-            ckpt = Path(args.path) if args.path else benchmark.checkpoint_of(row, args.checkpoints)
+            ckpt = Path(args.path) if args.path else bench_rows.checkpoint_of(row, args.checkpoints)
             for beam in row.get("beams", [1]):
                 for bs in args.batch_sizes:
                     print(f"[profile] {row['method']} | beam {beam} | batch {bs}", flush=True)
-                    row_args = benchmark.row_args(row, args.checkpoints, args.data)  # {CKPT}/{DATA} resolved
+                    row_args = bench_rows.row_args(row, args.checkpoints, args.data)  # {CKPT}/{DATA} resolved
                     runner = FairseqRunner(corpus, ckpt, row_args, beam, bs, args.device,
                                                      args.fp16, args.threads, (args.max_len_a, args.max_len_b),
                                                      args.sentences)

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from conftest import REPO
+from fairseq_plugins.evaluation import bench_rows
 from fairseq_plugins.viz.speed_vs_bleu import group_notes, pareto_front
 from scripts import benchmark, benchmark_jobs
 from scripts.reference_run import read_models
@@ -284,52 +285,52 @@ def test_rows_files_are_concatenated_in_order(tmp_path):
     base = {"method": "fairseq greedy", "model": "baseline", "baseline": True}
     a.write_text(json.dumps([base, {"method": "x", "model": "m"}]))
     b.write_text(json.dumps([dict(base), {"method": "y", "model": "m"}]))
-    assert [r["method"] for r in benchmark.load_rows([a, b])] == ["fairseq greedy", "x", "y"]
+    assert [r["method"] for r in bench_rows.load_rows([a, b])] == ["fairseq greedy", "x", "y"]
     b.write_text(json.dumps([{"method": "x", "model": "other"}]))
     with pytest.raises(benchmark.BenchmarkError, match="defined differently"):
-        benchmark.load_rows([a, b])
+        bench_rows.load_rows([a, b])
     with pytest.raises(benchmark.BenchmarkError, match="not found"):
-        benchmark.load_rows([tmp_path / "missing.json"])
+        bench_rows.load_rows([tmp_path / "missing.json"])
 
 
 def test_family_defaults_from_the_row():
     rows = {r["method"]: r for r in json.loads((REPO / "configs" / "benchmark" / "demo.json").read_text())}
-    fam = {m: benchmark.family_of(r) for m, r in rows.items()}
+    fam = {m: bench_rows.family_of(r) for m, r in rows.items()}
     assert fam["fairseq greedy (L2R)"] == fam["CTranslate2 beam"] == fam["engine greedy (no drafter)"] == "anchors"
     assert fam["IBDecoder"] == fam["double-token L2R (SA c=2)"] == fam["R2L (single-token)"] == "orders"
     assert fam["Jacobi HGJ b=3"] == fam["IAD input copy k=10 q=2 (en-de)"] == "draft-and-verify"
     assert fam["Mask-Predict 4 it"] == "non-autoregressive"
-    assert benchmark.family_of({"method": "GAD drafter alone", "args": "--drafter nar --acceptance all"}) \
+    assert bench_rows.family_of({"method": "GAD drafter alone", "args": "--drafter nar --acceptance all"}) \
         == "non-autoregressive"
-    assert benchmark.family_of({"method": "x", "args": "--drafter nar", "family": "orders"}) == "orders"
+    assert bench_rows.family_of({"method": "x", "args": "--drafter nar", "family": "orders"}) == "orders"
     # a reordered checkpoint knows its order: DOUBLETOPK alone marks the row as an order's search
-    assert benchmark.family_of({"method": "head-tail", "args": "--task fast_translation --double-topk"}) == "orders"
+    assert bench_rows.family_of({"method": "head-tail", "args": "--task fast_translation --double-topk"}) == "orders"
     with pytest.raises(benchmark.BenchmarkError, match="unknown family"):
-        benchmark.family_of({"method": "x", "family": "fast"})
+        bench_rows.family_of({"method": "x", "family": "fast"})
 
 
 def test_reference_rows_time_every_drafter_beside_greedy_of_its_own_model():
     """configs/benchmark/reference.json (issue 17): every drafting row is lossless, and its model and
     corpus have fairseq's greedy (identity, ratios) and the engine's greedy (the pairs timed side by side)."""
-    rows = benchmark.load_rows([REPO / "configs" / "benchmark" / "reference.json"])
+    rows = bench_rows.load_rows([REPO / "configs" / "benchmark" / "reference.json"])
     greedy = {(r["model"], r["corpus"]) for r in rows if r.get("baseline") and r["beams"] == [1]}
-    engine = {(r["model"], r["corpus"]) for r in rows if benchmark._is_engine_greedy(r)}
+    engine = {(r["model"], r["corpus"]) for r in rows if bench_rows.is_engine_greedy(r)}
     beam5 = {r["corpus"] for r in rows if r.get("baseline") and r["beams"] == [5]}
-    drafting = [r for r in rows if benchmark._drafter_of(r) not in (None, "none")]
-    assert {benchmark._drafter_of(r) for r in drafting} == {"input_copy", "jacobi_hgj", "nar", "blockwise", "auto"}
+    drafting = [r for r in rows if bench_rows.drafter_of(r) not in (None, "none")]
+    assert {bench_rows.drafter_of(r) for r in drafting} == {"input_copy", "jacobi_hgj", "nar", "blockwise", "auto"}
     for r in drafting:
-        assert r.get("lossless") and benchmark._is_drafting(r), r["method"]
+        assert r.get("lossless") and bench_rows.is_drafting(r), r["method"]
         assert (r["model"], r["corpus"]) in greedy and (r["model"], r["corpus"]) in engine, r["method"]
     assert beam5 == {"typo-en", "en-de"}  # the papers' baseline (IAD's 6x is against beam 5)
     # every model's A/A control: the spread against which its drafting rows' ratios are read
-    assert {(r["model"], r["corpus"]) for r in rows if r.get("control") and benchmark._is_drafting(r)} == engine
+    assert {(r["model"], r["corpus"]) for r in rows if r.get("control") and bench_rows.is_drafting(r)} == engine
 
 
 def test_order_rows_are_the_convergence_runs_models_timed_against_l2r_kd_at_their_beam():
     """configs/benchmark/orders.json (issue 20, gaps at convergence): every order of the convergence run
     at greedy and at its paper's beam (head-tail 10, DOUBLETOPK; the others 4), each timed against the
     L2R-KD baseline at the same beam (the same-run speed ratio beside the BLEU gap)."""
-    rows = benchmark.load_rows([REPO / "configs" / "benchmark" / "orders.json"])
+    rows = bench_rows.load_rows([REPO / "configs" / "benchmark" / "orders.json"])
     lists = [REPO / "configs/reference/convergence_kd.txt", REPO / "configs/reference/convergence_extra.txt"]
     curves = {m["name"]: m for path in lists for m in read_models(path)}
     trained = set(curves)
@@ -345,7 +346,7 @@ def test_order_rows_are_the_convergence_runs_models_timed_against_l2r_kd_at_thei
         assert ("--double-topk" in r["args"].split()) == ("DOUBLETOPK" in r["method"]) == (
             curves[name]["generate"] == "--double-topk"), name
         assert set(r["beams"]) <= set(l2r["beams"]) and r["corpus"] == l2r["corpus"], name
-        assert benchmark.family_of(r) == "orders"
+        assert bench_rows.family_of(r) == "orders"
 
 
 def test_a_group_times_its_rows_against_its_own_baseline(tiny_corpus, tmp_path, monkeypatch):
@@ -367,9 +368,9 @@ def test_the_demos_rows_files_plan_together_once_every_model_ships():
     """The default demo benchmarks reference.json and orders.json in one run: with every model present
     (rows are only skipped while their model is missing), each group keeps one baseline per corpus,
     beam and batch size (the demo failed at once when l2r_kd shipped, and would again with the heads)."""
-    rows = benchmark.load_rows([REPO / "configs" / "benchmark" / "reference.json",
+    rows = bench_rows.load_rows([REPO / "configs" / "benchmark" / "reference.json",
                                 REPO / "configs" / "benchmark" / "orders.json"])
-    benchmark._check_plan(list(benchmark.expand_rows(rows, [1, 32])), REPO / "models" / "data" / "en-de")
+    bench_rows.check_plan(list(bench_rows.expand_rows(rows, [1, 32])), REPO / "models" / "data" / "en-de")
 
 
 def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
@@ -566,14 +567,14 @@ def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
     (ckpts / "baseline" / "checkpoint_best.pt").write_bytes(b"")
     row = {"method": "GAD", "model": "baseline",
            "args": "--drafter nar --drafter-path {CKPT}/gad_drafter/checkpoint_best.pt --x {DATA}/en-de-kd"}
-    args = benchmark.row_args(row, ckpts, data)
+    args = bench_rows.row_args(row, ckpts, data)
     assert args == f"--drafter nar --drafter-path {ckpts}/gad_drafter/checkpoint_best.pt --x {tmp_path / 'data'}/en-de-kd"
-    assert not benchmark.checkpoint_exists(row, ckpts, data)  # the drafter is not trained yet: skipped
+    assert not bench_rows.checkpoint_exists(row, ckpts, data)  # the drafter is not trained yet: skipped
     # ... and named as what is missing (the message blamed the verifier, which is there)
-    assert benchmark.missing_checkpoints(row, ckpts, data) == [ckpts / "gad_drafter" / "checkpoint_best.pt"]
+    assert bench_rows.missing_checkpoints(row, ckpts, data) == [ckpts / "gad_drafter" / "checkpoint_best.pt"]
     (ckpts / "gad_drafter").mkdir()
     (ckpts / "gad_drafter" / "checkpoint_best.pt").write_bytes(b"")
-    assert benchmark.checkpoint_exists(row, ckpts, data)
+    assert bench_rows.checkpoint_exists(row, ckpts, data)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -594,15 +595,15 @@ def test_split_keeps_rows_that_share_a_key_together_and_balances_the_rest():
 def test_the_demos_rows_split_so_every_reference_runs_in_the_rows_own_job():
     """A row in one process and its baseline (reference, greedy output, engine greedy) in another would
     be an error or a ratio against nothing: every row's dependencies are in its own part."""
-    rows = benchmark.load_rows([REPO / "configs/benchmark/reference.json", REPO / "configs/benchmark/orders.json"])
+    rows = bench_rows.load_rows([REPO / "configs/benchmark/reference.json", REPO / "configs/benchmark/orders.json"])
     data, ckpts = REPO / "models/data/en-de", REPO / "models"
     parts = benchmark_jobs.split(rows, lambda r: benchmark_jobs._row_keys(r, ckpts, data), lambda r: benchmark_jobs._row_weight(r, (1, 32)), 2)
     assert len(parts) == 2 and sorted(i for p in parts for i in p) == list(range(len(rows)))
     part_of = {rows[i]["method"]: k for k, p in enumerate(parts) for i in p}
     for row in rows:
-        folder, group = benchmark.corpus_folder(row, data), benchmark.group_of(row)
-        baselines = [r for r in rows if r.get("baseline") and benchmark.corpus_folder(r, data) == folder
-                     and benchmark.group_of(r) == group]
+        folder, group = bench_rows.corpus_folder(row, data), bench_rows.group_of(row)
+        baselines = [r for r in rows if r.get("baseline") and bench_rows.corpus_folder(r, data) == folder
+                     and bench_rows.group_of(r) == group]
         models = {row.get("model"), row.get("greedy_model")} - {None}
         tied = baselines + [r for r in rows if r.get("model") in models and (r.get("baseline") or r.get("args", "").endswith("--drafter none"))]
         assert tied, row["method"]
