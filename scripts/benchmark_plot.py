@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fairseq_plugins.viz.speed_vs_bleu import FAMILIES, plot  # noqa: F401  (FAMILIES: scripts.benchmark imports it from here)
+from fairseq_plugins.viz.speed_vs_bleu import plot
 
 
 def main(argv=None):

@@ -146,7 +146,7 @@ def test_wmt14_imamura_table_end_to_end(papers):
     assert (data / "test.de").read_text(encoding="utf-8").splitlines() == expected
     assert (data / "valid.en").read_text(encoding="utf-8").splitlines() == papers["wmt14"]["wmt09"][0]
     assert (data / "subword").read_text().strip() == "subword-nmt" and (data / "bpe.codes").exists()
-    from scripts.benchmark import Corpus
+    from fairseq_plugins.evaluation.corpus import Corpus
 
     corpus = Corpus(data)
     assert (corpus.src, corpus.tgt, len(corpus.references)) == ("en", "de", len(expected))
@@ -225,7 +225,7 @@ def test_aspec_sentencepiece_per_side(papers, tmp_path):
                 "--vocab-size", "1000", "--workers", "1"])
     assert (out / "subword").read_text().strip() == "sentencepiece"
     assert (out / "spm.ja.model").exists() and (out / "spm.en.model").exists()
-    from scripts.benchmark import Corpus
+    from fairseq_plugins.evaluation.corpus import Corpus
 
     c = Corpus(out)
     assert (c.src, c.tgt) == ("ja", "en")
@@ -285,7 +285,7 @@ def test_views_reverse_and_dev_as_test(papers):
     main = papers["root"] / "data" / "wmt16_en_ro"
     if not (main / "DONE").exists():
         pytest.skip("needs the WMT16 corpus of test_wmt16_jacobi_table_end_to_end")
-    from scripts.benchmark import Corpus
+    from fairseq_plugins.evaluation.corpus import Corpus
 
     rev = corpus_prep.make_view(main, papers["root"] / "data" / "view_ro_en", reverse=True)
     c = Corpus(rev)

@@ -364,7 +364,7 @@ class Evidence:
     def test_bleu(self):
         """Test BLEU of every order (and the L2R control) at greedy and at its beam, gap to L2R-KD."""
         from fairseq_plugins.evaluation.corpus import Corpus
-        from scripts.benchmark import FairseqRunner
+        from fairseq_plugins.evaluation.runners import FairseqRunner
         from scripts.reference_run import CURVE_GENERATE
 
         models = {n: m for n, m in self.read_models(KD).items() if m["curve"]
