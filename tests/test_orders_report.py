@@ -34,10 +34,12 @@ def test_each_order_and_beam_against_the_controls_same_beam_beside_the_paper():
     assert ib4["speed"] == {32: 1.5, 1: 2.6} and ib4["paper_speed"] == 1.9 and ib4["paper_batch"] == 1
     assert ib1["paper_gap"] is None and not ib1["to_explain"]  # the paper has no beam-1 entry here
     assert ib4["errors"]["repeats_per_100"] == 1.0 and ib4["control_errors"]["missing_per_100"] == 1.5
-    assert ib4["updates"] == 13500
+    assert ib4["updates"] == 13500 and ib1["updates"] == 13500
     table = markdown(rows)
     assert "-2.40 (-0.20) **-2.20 beyond**" in table and "13,500 (converged)" in table
     assert "1.00 / 2.00 (0.10 / 1.50)" in table and "1.90x (1)" in table and "- paper A" in table
+    manifest["ib"]["stopped"] = "not converged: 13500 of at most 30000 updates when packed"
+    assert "13,500 (not converged)" in markdown(report_rows(results, PAPERS, manifest, errors=errors))
 
 
 def test_a_gap_within_the_rule_is_not_flagged_and_a_run_without_a_control_is_refused():

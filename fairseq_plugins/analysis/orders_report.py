@@ -88,7 +88,7 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
         errs = "–" if e is None else (f"{e['repeats_per_100']:.2f} / {e['missing_per_100']:.2f}"
                                      + ("" if c is None else f" ({c['repeats_per_100']:.2f} / {c['missing_per_100']:.2f})"))
         trained = "–" if r["updates"] is None else f"{r['updates']:,}" + (
-            " (converged)" if (r["stopped"] or "").startswith("converged") else "")
+            " (converged)" if (r["stopped"] or "").startswith("converged") else " (not converged)")
         gap = _num(r["gap"], "{:+.2f}") + ("" if r["paper_gap"] is None else f" ({r['paper_gap']:+.2f})")
         if r["to_explain"]:
             gap += f" **{r['beyond_paper']:+.2f} beyond**"
