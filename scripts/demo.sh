@@ -42,7 +42,7 @@ PY
     --data models/data/en-de --checkpoints models --out "$DIR/results" --timed-sentences "$TIMED" --runs "$RUNS" \
     --batch-sizes 1 32 --quality-batch-size 32 --skip-missing --jobs "$JOBS" --threads 1 --save-hypotheses
   say "the orders against their L2R control and the papers"
-  python -m scripts.orders_report "$DIR/results" --data models/data/en-de
+  python -m scripts.orders_report "$DIR/results" --data models/data/en-de --checkpoints models
   say "done in $(( $(date +%s) - start ))s; table: $DIR/results/results.md, plot: $DIR/results/speed_vs_bleu.png, orders: $DIR/results/orders_report.md"
   exit 0
 fi

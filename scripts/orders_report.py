@@ -5,7 +5,7 @@ the table: fairseq_plugins/analysis/orders_report.py)::
     python -m scripts.benchmark --rows configs/benchmark/orders.json --data models/data/en-de \\
         --checkpoints models --out OUT --batch-sizes 1 32 --quality-batch-size 32 --threads 1 \\
         --skip-missing --save-hypotheses
-    python -m scripts.orders_report OUT --data models/data/en-de
+    python -m scripts.orders_report OUT --data models/data/en-de [--checkpoints models]
 
 Writes ``OUT/orders_report.md`` and ``OUT/orders_report.json`` and prints the table.
 """
@@ -46,6 +46,19 @@ def junction_errors(results, folder, data, group):
     return errors
 
 
+def direction_accuracy(results, checkpoints, data, group):
+    """Model name -> teacher-forced accuracy by direction on ``data``'s validation set, for every model of
+    ``group`` whose ``<checkpoints>/<model>/checkpoint_best.pt`` is there."""
+    from scripts.slot_accuracy import evaluate
+
+    out = {}
+    for model in dict.fromkeys(r["model"] for r in results if r.get("group", "") == group):
+        path = Path(checkpoints) / model / "checkpoint_best.pt"
+        if path.exists():
+            out[model] = evaluate(path, Path(data) / "bin", "valid")[1]["by_direction"]
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", help="the benchmark's --out folder (results.jsonl, hypotheses/)")
@@ -53,6 +66,8 @@ def main(argv=None):
     ap.add_argument("--manifest", default=str(REPO / "models" / "MANIFEST.json"))
     ap.add_argument("--papers", default=str(REPO / "configs" / "papers" / "orders.json"))
     ap.add_argument("--group", default="orders", help="the rows' group; its baseline row is the control")
+    ap.add_argument("--checkpoints", help="the benchmark's --checkpoints: add each model's teacher-forced accuracy by "
+                                          "direction on --data's validation set (scripts/slot_accuracy.py)")
     args = ap.parse_args(argv)
     try:
         results = read_results(args.results)
@@ -63,7 +78,8 @@ def main(argv=None):
         papers = json.loads(Path(args.papers).read_text())
         manifest = json.loads(Path(args.manifest).read_text())["models"] if Path(args.manifest).exists() else {}
         rows = report_rows(results, papers, manifest, args.group,
-                           junction_errors(results, args.results, args.data, args.group))
+                           junction_errors(results, args.results, args.data, args.group),
+                           direction_accuracy(results, args.checkpoints, args.data, args.group) if args.checkpoints else None)
     except (EvaluationError, ValueError) as e:
         raise SystemExit(f"error: {e}")
     batch_sizes = sorted({r["batch_size"] for r in results if r.get("group", "") == args.group})

@@ -151,3 +151,17 @@ def test_the_gpu_evidence_reports_the_orders_beside_the_papers(tiny_corpus, tmp_
     (report,) = [r for r in records if r.get("step") == "orders report orders.json"]
     assert report["gap"] == -2.5 and report["paper_gap"] == -0.2 and report["errors"]["repeats_per_100"] == 0.0
     assert "the orders beside the papers, fp32" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_accuracy_by_direction_sits_beside_the_controls(tiny_corpus, tiny_model, tmp_path):
+    results = [result("L2R", "l2r", 4, 1, 40.0, 1.0, baseline=True), result("IB", "ib", 4, 1, 38.4, 2.0)]
+    accuracy = {"ib": {"0": 0.65, "1": 0.6}, "l2r": {0: 0.667}}
+    (row,) = report_rows(results, PAPERS, {}, accuracy=accuracy)
+    assert row["accuracy"] == {"0": 0.65, "1": 0.6} and row["control_accuracy"] == {0: 0.667}
+    assert "| 0.650 / 0.600 (0.667) " in markdown([row])
+    assert "accuracy" not in markdown(report_rows(results, PAPERS, {}))  # no column when none was measured
+    # from the checkpoints folder: the models found there (the control here), by direction
+    (tmp_path / "l2r").mkdir()
+    (tmp_path / "l2r" / "checkpoint_best.pt").symlink_to(tiny_model)
+    found = orders_report.direction_accuracy(results, tmp_path, tiny_corpus, "orders")
+    assert list(found) == ["l2r"] and list(found["l2r"]) == [0] and 0.0 < found["l2r"][0] < 1.0

@@ -11,7 +11,9 @@ pass's translations saved: ``--save-hypotheses``), one row per order and beam:
 * the speed ratio to the control's beam of the same width at each batch size, same run, beside the
   paper's ratio at the batch size it was measured at;
 * repeats and missing words per 100 reference words, the order's beside the control's
-  (:mod:`order_errors`: the junction errors of bidirectional decoding).
+  (:mod:`order_errors`: the junction errors of bidirectional decoding);
+* optionally, teacher-forced accuracy on the validation set by direction (:mod:`slot_accuracy`):
+  which half of a bidirectional order lags the control.
 """
 from typing import Dict, List, Optional, Sequence
 
@@ -35,15 +37,17 @@ def error_summary(hypotheses: Sequence[str], references: Sequence[str]) -> Dict:
 
 
 def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = "orders",
-                errors: Optional[Dict] = None) -> List[Dict]:
+                errors: Optional[Dict] = None, accuracy: Optional[Dict] = None) -> List[Dict]:
     """One dict per order x beam of ``group`` (its baseline row is the control), in the results' order.
-    ``errors``: ``(method, beam) -> error_summary`` for the orders and the control, where known."""
+    ``errors``: ``(method, beam) -> error_summary`` for the orders and the control, where known;
+    ``accuracy``: model name -> teacher-forced accuracy by direction (:mod:`slot_accuracy`), where known."""
     rows = [r for r in results if r.get("group", "") == group]
     control = {r["beam"]: r for r in rows if r["baseline"]}
     if not control:
         raise ValueError(f"no baseline row in group '{group}': run the benchmark with configs/benchmark/orders.json")
     name = next(iter(control.values()))["method"]
-    errors = errors or {}
+    control_model = next(iter(control.values()))["model"]
+    errors, accuracy = errors or {}, accuracy or {}
     out, seen = [], set()
     for r in rows:
         key = (r["method"], r["beam"])
@@ -67,12 +71,20 @@ def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = 
             "paper_batch": None if paper is None else paper["batch"],
             "paper_source": None if paper is None else paper["source"],
             "errors": errors.get(key), "control_errors": errors.get((name, r["beam"])),
+            "accuracy": accuracy.get(r["model"]), "control_accuracy": accuracy.get(control_model),
         })
     return out
 
 
 def _num(x, fmt="{:.2f}"):
     return "–" if x is None else fmt.format(x)
+
+
+def _directions(acc: Optional[Dict], control: Optional[Dict]) -> str:
+    if not acc:
+        return "–"
+    text = " / ".join(f"{acc[d]:.3f}" for d in sorted(acc, key=int))
+    return text + ("" if not control else " (" + " / ".join(f"{control[d]:.3f}" for d in sorted(control, key=int)) + ")")
 
 
 def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
@@ -82,6 +94,9 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
     head = ["order", "trained", "beam", "test BLEU (control)", "gap (paper's)", "BP / length ratio"]
     head += [f"x control, batch {b}" for b in batch_sizes] + ["paper's x (batch)",
                                                               "repeats / missing per 100 ref words (control)"]
+    with_accuracy = any(r["accuracy"] for r in rows)
+    if with_accuracy:
+        head.append("teacher-forced accuracy by direction, L2R first (control)")
     cells = []
     for r in rows:
         e, c = r["errors"], r["control_errors"]
@@ -95,7 +110,8 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
         cells.append([r["method"], trained, r["beam"], f"{_num(r['bleu'])} ({_num(r['control_bleu'])})", gap,
                       f"{_num(r['bp'], '{:.3f}')} / {_num(r['length_ratio'], '{:.3f}')}"]
                      + [_num(r["speed"].get(b), "{:.2f}x") for b in batch_sizes]
-                     + ["–" if r["paper_speed"] is None else f"{r['paper_speed']:.2f}x ({r['paper_batch']})", errs])
+                     + ["–" if r["paper_speed"] is None else f"{r['paper_speed']:.2f}x ({r['paper_batch']})", errs]
+                     + ([_directions(r["accuracy"], r["control_accuracy"])] if with_accuracy else []))
     table = tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True)
     sources = sorted({r["paper_source"] for r in rows if r["paper_source"]})
     return table + "\n\n" + "".join(f"- {s}\n" for s in sources)

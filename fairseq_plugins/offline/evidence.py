@@ -313,7 +313,7 @@ class Evidence:
         if any(r.get("group") == "orders" for r in results):  # each order beside its L2R control and the papers
             self.checked(f"orders-report-{Path(rows).stem}-{dtype}",
                          [sys.executable, "-m", "scripts.orders_report", out, "--data", self.measured / "en-de",
-                          "--manifest", Path(self.args.models_dir) / "MANIFEST.json"])
+                          "--manifest", Path(self.args.models_dir) / "MANIFEST.json", "--checkpoints", self.checkpoints])
             self.report.add(f"the orders beside the papers, {dtype}", (out / "orders_report.md").read_text(),
                             [dict(r, step=f"orders report {rows}", dtype=dtype)
                              for r in json.loads((out / "orders_report.json").read_text())])
