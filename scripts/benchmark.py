@@ -349,7 +349,7 @@ def write_outputs(results, out):
     jobs = meta.get("jobs") or 1
     header = (f"Device {meta.get('device')}, {meta.get('dtype')}, {meta.get('threads')} threads"
               + (f" per process, {jobs} processes side by side (rows timed against each other share one)" if jobs > 1 else "")
-              + f"; "
+              + "; "
               f"{meta.get('sentences')} test sentences for BLEU, {meta.get('timed_sentences')} timed x "
               f"{meta.get('runs')} runs (batches sorted by source length). speed × = reference seconds / row "
               "seconds, geometric mean over pairs timed interleaved with the row's reference (fairseq's own "

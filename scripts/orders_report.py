@@ -55,7 +55,7 @@ def direction_accuracy(results, checkpoints, data, group):
     for model in dict.fromkeys(r["model"] for r in results if r.get("group", "") == group):
         path = Path(checkpoints) / model / "checkpoint_best.pt"
         if path.exists():
-            out[model] = evaluate(path, Path(data) / "bin", "valid")[1]["by_direction"]
+            out[model] = evaluate(path, Path(data) / "bin", "valid", cpu=False)[1]["by_direction"]  # a GPU if there is one
     return out
 
 

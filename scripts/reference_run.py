@@ -613,11 +613,13 @@ def offer(m, args):
         return False
     updates = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["optimizer_history"][-1]["num_updates"]
     max_update = max_update_of(m, args)
-    stopped = (f"converged at {updates} updates (validation BLEU within {converged['tolerance']} over the last two of "
-               f">= {converged['min_points']} points" + (f", the last at >= {converged['min_updates']} updates"
-                                                         if converged['min_updates'] else "") + ")" if converged else
-               f"not converged: {updates} of at most {max_update} updates when packed" +
-               (" (the cap)" if updates >= max_update else "; the run goes on from here"))
+    if converged:
+        floor = f", the last at >= {converged['min_updates']} updates" if converged["min_updates"] else ""
+        stopped = (f"converged at {updates} updates (validation BLEU within {converged['tolerance']} over the last "
+                   f"two of >= {converged['min_points']} points{floor})")
+    else:
+        stopped = (f"not converged: {updates} of at most {max_update} updates when packed"
+                   + (" (the cap)" if updates >= max_update else "; the run goes on from here"))
     corpus = Path(args.data) / m["corpus"]
     train = train_command(m, args, gpu)
     entry = {"name": m["name"], "config": m["config"], "corpus": m["corpus"], "updates": updates, "converged": converged,

@@ -193,7 +193,3 @@ def is_drafting(row):
 def missing_checkpoints(row, checkpoints, data):
     """The checkpoints a row decodes with (its model's, a drafter's) that are not there yet."""
     return [p for p in [checkpoint_path(row, checkpoints)] + extra_checkpoints(row_args(row, checkpoints, data)) if not p.exists()]
-
-
-def checkpoint_exists(row, checkpoints, data):
-    return not missing_checkpoints(row, checkpoints, data)
