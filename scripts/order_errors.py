@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Repeats, drops and where the repeats stand, from fairseq-generate outputs (docs/RESULTS.md,
+"""Repeats, drops and where they stand, from fairseq-generate outputs (docs/RESULTS.md,
 "reordered models at convergence"; counts: fairseq_plugins/analysis/order_errors.py).
 
 Each FILE is what ``fairseq-generate ... > FILE`` printed (its ``H-`` hypotheses and ``T-``
@@ -39,16 +39,17 @@ def read_generate_output(path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="fairseq-generate outputs, one per model")
-    ap.add_argument("--bins", type=int, default=10, help="bins of the repeat-position histogram")
+    ap.add_argument("--bins", type=int, default=10, help="bins of the position histograms")
     args = ap.parse_args(argv)
     rows = []
     for path in args.files:
         s = count_errors(*read_generate_output(path), bins=args.bins).summary()
         rows.append([Path(path).stem, s["sentences"], f"{s['length_ratio']:.3f}", f"{s['repeats_per_100']:.2f}",
-                     f"{s['missing_per_100']:.2f}", f"{s['extra_per_100']:.2f}",
-                     " ".join(str(n) for n in s["repeat_position"])])
-    print(tabulate(rows, headers=["model", "sentences", "length ratio", "repeats /100 ref", "missing /100",
-                                  "extra /100", f"repeats by position ({args.bins} bins)"],
+                     f"{s['drops_per_100']:.2f}", f"{s['missing_per_100']:.2f}", f"{s['extra_per_100']:.2f}",
+                     " ".join(str(n) for n in s["repeat_position"]), " ".join(str(n) for n in s["drop_position"])])
+    print(tabulate(rows, headers=["model", "sentences", "length ratio", "repeats /100 ref", "drops /100",
+                                  "missing /100", "extra /100", f"repeats by position ({args.bins} bins)",
+                                  f"drops by position ({args.bins} bins)"],
                    tablefmt="github", disable_numparse=True))
 
 

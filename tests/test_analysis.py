@@ -21,6 +21,21 @@ def test_repeats_are_counted_beyond_the_references_own_and_binned_by_position():
     assert summary["length_ratio"] == pytest.approx(1.0)
 
 
+def test_drops_are_reference_words_skipped_in_order_and_binned_where_the_reference_has_them():
+    ref = list("abcdefghij")
+    junction = list("abcdghij")  # e, f dropped where two halves of a bidirectional order would meet
+    counts = count_errors([junction], [ref], bins=5)
+    assert counts.drops == 2 and counts.drop_position == [0, 0, 2, 0, 0]  # ref indices 4 and 5 of 10
+    substituted = list("abcdXYghij")  # a word said differently is no drop, though missing and extra
+    counts = count_errors([substituted], [ref], bins=5)
+    assert counts.drops == 0 and counts.missing == 2 and counts.extra == 2
+    shorter = list("abcdXghij")  # two words replaced by one: one drop, the replaced span's last word
+    counts = count_errors([shorter], [ref], bins=5)
+    assert counts.drops == 1 and counts.drop_position == [0, 0, 1, 0, 0]
+    summary = count_errors([junction, ref], [ref, ref]).summary()
+    assert summary["drops_per_100"] == pytest.approx(10.0) and summary["ref_tokens"] == 20
+
+
 def test_a_moved_word_is_neither_missing_nor_extra_and_lengths_must_match():
     counts = count_errors([[1, 3, 2]], [[1, 2, 3]])
     assert (counts.repeats, counts.missing, counts.extra) == (0, 0, 0)
@@ -79,8 +94,8 @@ def test_the_command_reads_fairseq_generate_output(tmp_path, capsys):
     table = capsys.readouterr().out
     row = [line for line in table.splitlines() if line.startswith("| ib")][0]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1:6] == ["2", "1.000", "20.00", "20.00", "20.00"]  # 1 repeat, 1 missing (e), 1 extra (b) of 5
-    assert cells[6] == "0 1"
+    assert cells[1:7] == ["2", "1.000", "20.00", "20.00", "20.00", "20.00"]  # 1 repeat, 1 drop = missing (e), 1 extra (b) of 5
+    assert cells[7:9] == ["0 1", "0 1"]  # the repeat in the second half of "a b b c", the drop at the end of "d e"
     bad = tmp_path / "quiet.txt"
     bad.write_text("Generate test with beam=4: BLEU4 = 1.0\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="do not pass --quiet"):

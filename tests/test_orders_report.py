@@ -23,8 +23,10 @@ def test_each_order_and_beam_against_the_controls_same_beam_beside_the_paper():
                 result("IB", "ib", 1, 32, 39.0, 1.8), result("IB", "ib", 1, 1, 39.0, 2.3),
                 result("other group", "x", 1, 1, 10.0, 9.9, group="")]
     manifest = {"ib": {"updates": 13500, "stopped": "converged at 13500 updates"}}
-    errors = {("IB", 4): {"repeats_per_100": 1.0, "missing_per_100": 2.0},
-              ("L2R", 4): {"repeats_per_100": 0.1, "missing_per_100": 1.5}}
+    errors = {("IB", 4): {"repeats_per_100": 1.0, "drops_per_100": 2.0, "ref_tokens": 200,
+                          "repeat_position": [0, 1, 1, 0], "drop_position": [0, 4, 0, 0]},
+              ("L2R", 4): {"repeats_per_100": 0.1, "drops_per_100": 1.5, "ref_tokens": 200,
+                           "repeat_position": [0, 0, 0, 0], "drop_position": [1, 1, 0, 1]}}
     rows = report_rows(results, PAPERS, manifest, errors=errors)
     assert [(r["method"], r["beam"]) for r in rows] == [("IB", 4), ("IB", 1)]  # the results' order, once each
     ib4, ib1 = rows
@@ -33,11 +35,15 @@ def test_each_order_and_beam_against_the_controls_same_beam_beside_the_paper():
     assert ib4["to_explain"] and -2.2 < -BEYOND_PAPER
     assert ib4["speed"] == {32: 1.5, 1: 2.6} and ib4["paper_speed"] == 1.9 and ib4["paper_batch"] == 1
     assert ib1["paper_gap"] is None and not ib1["to_explain"]  # the paper has no beam-1 entry here
-    assert ib4["errors"]["repeats_per_100"] == 1.0 and ib4["control_errors"]["missing_per_100"] == 1.5
+    assert ib4["errors"]["repeats_per_100"] == 1.0 and ib4["control_errors"]["drops_per_100"] == 1.5
     assert ib4["updates"] == 13500 and ib1["updates"] == 13500
     table = markdown(rows)
     assert "-2.40 (-0.20) **-2.20 beyond**" in table and "13,500 (converged)" in table
     assert "1.00 / 2.00 (0.10 / 1.50)" in table and "1.90x (1)" in table and "- paper A" in table
+    where = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): [c.strip() for c in line.strip("|").split("|")[3:]]
+             for line in table.split("Where they stand")[1].splitlines() if line.startswith("| ")}
+    assert where[("IB", "4", "drops")] == ["0.00", "2.00", "0.00", "0.00"]  # 4 of 200 reference words, second quarter
+    assert where[("L2R", "4", "drops")] == ["0.50", "0.50", "0.00", "0.50"] and ("L2R", "1", "drops") not in where
     manifest["ib"]["stopped"] = "not converged: 13500 of at most 30000 updates when packed"
     assert "13,500 (not converged)" in markdown(report_rows(results, PAPERS, manifest, errors=errors))
 

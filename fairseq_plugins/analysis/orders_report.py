@@ -10,8 +10,9 @@ pass's translations saved: ``--save-hypotheses``), one row per order and beam:
 * brevity penalty and length ratio (an order that stops early shows there);
 * the speed ratio to the control's beam of the same width at each batch size, same run, beside the
   paper's ratio at the batch size it was measured at;
-* repeats and missing words per 100 reference words, the order's beside the control's
-  (:mod:`order_errors`: the junction errors of bidirectional decoding);
+* repeated and dropped words per 100 reference words, the order's beside the control's, and a
+  second table of where in the sentence they stand, by tenth (:mod:`order_errors`: the junction
+  errors of bidirectional decoding show as a peak where the directions meet);
 * optionally, teacher-forced accuracy on the validation set by direction (:mod:`slot_accuracy`):
   which half of a bidirectional order lags the control.
 """
@@ -32,7 +33,8 @@ def paper_entry(papers: Dict, model: str, beam: int) -> Optional[Dict]:
 
 
 def error_summary(hypotheses: Sequence[str], references: Sequence[str]) -> Dict:
-    """Repeats / missing / extra words per 100 reference words (whitespace words of detokenised text)."""
+    """Repeats / drops / missing / extra words per 100 reference words and where the repeats and drops
+    stand (whitespace words of detokenised text)."""
     return count_errors([h.split() for h in hypotheses], [r.split() for r in references]).summary()
 
 
@@ -93,15 +95,15 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
 
     head = ["order", "trained", "beam", "test BLEU (control)", "gap (paper's)", "BP / length ratio"]
     head += [f"x control, batch {b}" for b in batch_sizes] + ["paper's x (batch)",
-                                                              "repeats / missing per 100 ref words (control)"]
+                                                              "repeats / drops per 100 ref words (control)"]
     with_accuracy = any(r["accuracy"] for r in rows)
     if with_accuracy:
         head.append("teacher-forced accuracy by direction, L2R first (control)")
     cells = []
     for r in rows:
         e, c = r["errors"], r["control_errors"]
-        errs = "–" if e is None else (f"{e['repeats_per_100']:.2f} / {e['missing_per_100']:.2f}"
-                                     + ("" if c is None else f" ({c['repeats_per_100']:.2f} / {c['missing_per_100']:.2f})"))
+        errs = "–" if e is None else (f"{e['repeats_per_100']:.2f} / {e['drops_per_100']:.2f}"
+                                     + ("" if c is None else f" ({c['repeats_per_100']:.2f} / {c['drops_per_100']:.2f})"))
         trained = "–" if r["updates"] is None else f"{r['updates']:,}" + (
             " (converged)" if (r["stopped"] or "").startswith("converged") else " (not converged)")
         gap = _num(r["gap"], "{:+.2f}") + ("" if r["paper_gap"] is None else f" ({r['paper_gap']:+.2f})")
@@ -114,4 +116,28 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
                      + ([_directions(r["accuracy"], r["control_accuracy"])] if with_accuracy else []))
     table = tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True)
     sources = sorted({r["paper_source"] for r in rows if r["paper_source"]})
-    return table + "\n\n" + "".join(f"- {s}\n" for s in sources)
+    return table + "\n\n" + "".join(f"- {s}\n" for s in sources) + positions(rows)
+
+
+def positions(rows: List[Dict]) -> str:
+    """Where the repeats and drops stand: per 100 reference words in each tenth (bin) of the sentence,
+    each order's row beside its control's at the same beam (empty without saved translations)."""
+    from tabulate import tabulate
+
+    cells, seen = [], set()
+    for r in rows:
+        for method, errors in ((r["method"], r["errors"]), (r["control"], r["control_errors"])):
+            if errors is None or (method, r["beam"]) in seen:
+                continue
+            seen.add((method, r["beam"]))
+            per = 100.0 / max(1, errors["ref_tokens"])
+            for kind in ("repeat", "drop"):
+                cells.append([method, r["beam"], kind + "s"] + [f"{n * per:.2f}" for n in errors[f"{kind}_position"]])
+    if not cells:
+        return ""
+    bins = len(cells[0]) - 3
+    head = ["row", "beam", "per 100 ref words"] + [f"{b / bins:.1f}-{(b + 1) / bins:.1f}" for b in range(bins)]
+    return ("\nWhere they stand, by fraction of the sentence (repeats: of the translation; drops: of the "
+            "reference); a junction shows as a peak where the directions meet (0.5 for head-tail and "
+            "IBDecoder, 0.25 and 0.75 for IMDecoder h=4):\n\n"
+            + tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True) + "\n")
