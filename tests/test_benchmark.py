@@ -2,6 +2,7 @@
 families, the plot's Pareto front, and the output schema and counts on the tiny model."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -656,6 +657,42 @@ def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_group
         benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
                                      timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _fail_once_started(started, message):
+    import time
+
+    for _ in range(1200):  # until the other job runs (it cannot be this process: each job has its own)
+        if Path(started).exists():
+            raise benchmark.BenchmarkError(message)
+        time.sleep(0.05)
+    raise AssertionError("the other job never started")
+
+
+def _write_later(started, late, seconds):
+    import os
+    import time
+
+    Path(started).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    Path(late).write_text("finished")
+
+
+def _job(kind, *args):
+    return {"fail": _fail_once_started, "write": _write_later}[kind](*args)
+
+
+def test_the_first_failing_process_stops_the_others(tmp_path):
+    """A job still running when another fails is killed at once, not left to finish and write (Pool.terminate)."""
+    import os
+
+    started, late = tmp_path / "started.pid", tmp_path / "late.txt"
+    with pytest.raises(benchmark.BenchmarkError, match="first"):
+        benchmark_jobs.run_in_processes(_job, [("fail", str(started), "first"), ("write", str(started), str(late), 30.0)],
+                                        poll=0.05)
+    assert not late.exists()
+    with pytest.raises(ProcessLookupError):  # the writer is gone, not sleeping on
+        os.kill(int(started.read_text()), 0)
 
 
 def test_jobs_refuse_a_gpu_and_a_bad_count_before_anything_runs(two_groups, tiny_corpus, tmp_path):
