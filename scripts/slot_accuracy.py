@@ -22,11 +22,12 @@ def evaluate(path, data_bin, subset, cpu=True):
     import fairseq_plugins  # noqa: F401  (registers the plugin's tasks and models)
     from fairseq_plugins.analysis.slot_accuracy import slot_accuracy
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_bin)})
+    overrides = {"data": str(data_bin)}
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path), overrides)  # read once: the model and its updates
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], overrides, state=state)
     model = models[0].float()
     if not cpu and torch.cuda.is_available():
         model = model.cuda()
-    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     history = state.get("optimizer_history") or [{}]
     return history[-1].get("num_updates"), slot_accuracy(task, model, subset)
 
