@@ -15,8 +15,9 @@ word, or neither does.  These counts, over natural-order token sequences (hypoth
   reference lacks (bag of tokens, so a moved word is neither; a different word counts in both);
 * ``repeat_position`` / ``drop_position``: histograms of where the repeats stand, as a fraction
   of the hypothesis length, and where the drops stand, as a fraction of the reference length (a
-  token's centre), in ``bins`` equal bins -- a peak at 0.5 is the junction of head-tail / interleaving, at 0.25 and
-  0.75 the two junctions of IMDecoder h=4 (two segments, each interleaved).
+  token's centre), in ``bins`` equal bins -- a peak at 0.5 is the junction of head-tail /
+  interleaving, at 0.25 and 0.75 the two junctions of IMDecoder h=4 (two segments, each
+  interleaved).
 
 Compare an order's counts with the L2R model's on the same sentences: L2R has no junction.
 """
