@@ -78,7 +78,8 @@ class ErrorCounts:
     def summary(self) -> Dict[str, float]:
         """Rates per 100 reference tokens, and the histograms (counts; over ``ref_tokens``)."""
         per = 100.0 / max(1, self.ref_tokens)
-        return {"sentences": self.sentences, "ref_tokens": self.ref_tokens, "length_ratio": self.hyp_tokens / max(1, self.ref_tokens),
+        return {"sentences": self.sentences, "ref_tokens": self.ref_tokens,
+                "length_ratio": self.hyp_tokens / max(1, self.ref_tokens),
                 "repeats_per_100": self.repeats * per, "drops_per_100": self.drops * per,
                 "missing_per_100": self.missing * per, "extra_per_100": self.extra * per,
                 "repeat_position": list(self.repeat_position), "drop_position": list(self.drop_position)}
