@@ -49,13 +49,13 @@ def junction_errors(results, folder, data, group):
 def direction_accuracy(results, checkpoints, data, group):
     """Model name -> teacher-forced accuracy by direction on ``data``'s validation set, for every model of
     ``group`` whose ``<checkpoints>/<model>/checkpoint_best.pt`` is there."""
-    from scripts.slot_accuracy import evaluate
+    from fairseq_plugins.analysis.slot_accuracy import checkpoint_slot_accuracy
 
     out = {}
     for model in dict.fromkeys(r["model"] for r in results if r.get("group", "") == group):
         path = Path(checkpoints) / model / "checkpoint_best.pt"
         if path.exists():
-            out[model] = evaluate(path, Path(data) / "bin", "valid", cpu=False)[1]["by_direction"]  # a GPU if there is one
+            out[model] = checkpoint_slot_accuracy(path, Path(data) / "bin", "valid", cpu=False)[1]["by_direction"]  # a GPU if there is one
     return out
 
 

@@ -13,23 +13,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-
-def evaluate(path, data_bin, subset, cpu=True):
-    """(updates or None, slot_accuracy's result) of the checkpoint at ``path`` on ``data_bin``'s ``subset``."""
-    import torch
-    from fairseq import checkpoint_utils
-
-    import fairseq_plugins  # noqa: F401  (registers the plugin's tasks and models)
-    from fairseq_plugins.analysis.slot_accuracy import slot_accuracy
-
-    overrides = {"data": str(data_bin)}
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(path), overrides)  # read once: the model and its updates
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], overrides, state=state)
-    model = models[0].float()
-    if not cpu and torch.cuda.is_available():
-        model = model.cuda()
-    history = state.get("optimizer_history") or [{}]
-    return history[-1].get("num_updates"), slot_accuracy(task, model, subset)
+from fairseq_plugins.analysis.slot_accuracy import checkpoint_slot_accuracy
 
 
 def main(argv=None):
@@ -46,7 +30,7 @@ def main(argv=None):
             raise SystemExit(f"error: {path} is not a checkpoint file")
     rows = []
     for path in args.checkpoints:
-        updates, r = evaluate(path, data_bin, args.subset, cpu=not args.gpu)
+        updates, r = checkpoint_slot_accuracy(path, data_bin, args.subset, cpu=not args.gpu)
         rows.append((updates if updates is not None else -1, [
             str(path), "–" if updates is None else f"{updates:,}", r["order"], f"{r['accuracy']:.4f}",
             " / ".join(f"{v:.4f}" for v in r["by_direction"].values()),

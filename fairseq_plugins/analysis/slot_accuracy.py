@@ -58,3 +58,20 @@ def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096) ->
             "by_slot": _rates(hits["by_slot"], totals["by_slot"]),
             "by_direction": _rates(hits["by_direction"], totals["by_direction"]),
             "first_step": step.get(0), "later_steps": step.get(1)}
+
+
+def checkpoint_slot_accuracy(path, data_bin, subset: str = "valid", cpu: bool = True):
+    """(updates or None, :func:`slot_accuracy`) of the fairseq checkpoint at ``path`` on ``data_bin``'s
+    ``subset``, the task set up from the checkpoint's own config (its order flags); ``cpu=False``: on the
+    GPU when there is one."""
+    from fairseq import checkpoint_utils  # the plugin's tasks and models are registered: this package is imported
+
+    overrides = {"data": str(data_bin)}
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path), overrides)  # read once: the model and its updates
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], overrides, state=state)
+    model = models[0].float()
+    if not cpu and torch.cuda.is_available():
+        model = model.cuda()
+    history = state.get("optimizer_history") or [{}]
+    return history[-1].get("num_updates"), slot_accuracy(task, model, subset)
+
