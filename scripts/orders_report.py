@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from fairseq_plugins.analysis.orders_report import error_summary, markdown, report_rows
+from fairseq_plugins.analysis.bleu_gap import paired_gap
+from fairseq_plugins.analysis.orders_report import controls, error_summary, markdown, report_rows
 from fairseq_plugins.evaluation import EvaluationError
 from fairseq_plugins.evaluation.corpus import Corpus
 
@@ -27,11 +28,11 @@ def read_results(folder):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def junction_errors(results, folder, data, group):
-    """``(method, beam) -> error_summary`` for every row of ``group`` whose translations were saved."""
-    errors, corpora = {}, {}
+def saved_translations(results, folder, data, group):
+    """``(method, beam) -> (translations, corpus)`` for every row of ``group`` whose translations were saved."""
+    saved, corpora = {}, {}
     for r in results:
-        if r.get("group", "") != group or not r.get("hypotheses") or (r["method"], r["beam"]) in errors:
+        if r.get("group", "") != group or not r.get("hypotheses") or (r["method"], r["beam"]) in saved:
             continue
         path = Path(folder) / "hypotheses" / r["hypotheses"]
         if not path.exists():
@@ -41,9 +42,25 @@ def junction_errors(results, folder, data, group):
         corpus = corpora.get(corpus_dir) or corpora.setdefault(corpus_dir, Corpus(corpus_dir))
         if corpus.references is None:
             raise EvaluationError(f"{corpus_dir} has no test references: pass the benchmark's --data")
-        errors[(r["method"], r["beam"])] = error_summary(path.read_text(encoding="utf-8").splitlines(),
-                                                         corpus.references)
-    return errors
+        saved[(r["method"], r["beam"])] = (path.read_text(encoding="utf-8").splitlines(), corpus)
+    return saved
+
+
+def junction_errors(saved):
+    """``(method, beam) -> error_summary`` of every saved translation."""
+    return {key: error_summary(lines, corpus.references) for key, (lines, corpus) in saved.items()}
+
+
+def gap_intervals(results, saved, group):
+    """``(method, beam) -> paired_gap`` of every order whose translations and its control's at the same
+    beam were saved."""
+    out = {}
+    for beam, control in controls(results, group).items():
+        against = saved.get((control["method"], beam))
+        for (method, at), (lines, corpus) in saved.items():
+            if against is not None and at == beam and method != control["method"]:
+                out[(method, beam)] = paired_gap(corpus.bleu_metric(), lines, against[0], corpus.references)
+    return out
 
 
 def direction_accuracy(results, checkpoints, data, group):
@@ -77,9 +94,10 @@ def main(argv=None):
             return
         papers = json.loads(Path(args.papers).read_text())
         manifest = json.loads(Path(args.manifest).read_text())["models"] if Path(args.manifest).exists() else {}
-        rows = report_rows(results, papers, manifest, args.group,
-                           junction_errors(results, args.results, args.data, args.group),
-                           direction_accuracy(results, args.checkpoints, args.data, args.group) if args.checkpoints else None)
+        saved = saved_translations(results, args.results, args.data, args.group)
+        accuracy = direction_accuracy(results, args.checkpoints, args.data, args.group) if args.checkpoints else None
+        rows = report_rows(results, papers, manifest, args.group, junction_errors(saved), accuracy,
+                           gap_intervals(results, saved, args.group))
     except (EvaluationError, ValueError) as e:
         raise SystemExit(f"error: {e}")
     batch_sizes = sorted({r["batch_size"] for r in results if r.get("group", "") == args.group})

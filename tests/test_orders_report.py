@@ -27,7 +27,8 @@ def test_each_order_and_beam_against_the_controls_same_beam_beside_the_paper():
                           "repeat_position": [0, 1, 1, 0], "drop_position": [0, 4, 0, 0]},
               ("L2R", 4): {"repeats_per_100": 0.1, "drops_per_100": 1.5, "ref_tokens": 200,
                            "repeat_position": [0, 0, 0, 0], "drop_position": [1, 1, 0, 1]}}
-    rows = report_rows(results, PAPERS, manifest, errors=errors)
+    intervals = {("IB", 4): {"gap": -2.4, "low": -3.5, "high": -1.3, "below": 1.0, "samples": 1000}}
+    rows = report_rows(results, PAPERS, manifest, errors=errors, intervals=intervals)
     assert [(r["method"], r["beam"]) for r in rows] == [("IB", 4), ("IB", 1)]  # the results' order, once each
     ib4, ib1 = rows
     assert ib4["gap"] == pytest.approx(38.0 - 40.4) and ib4["control_bleu"] == 40.4  # the same beam's control
@@ -37,15 +38,21 @@ def test_each_order_and_beam_against_the_controls_same_beam_beside_the_paper():
     assert ib1["paper_gap"] is None and not ib1["to_explain"]  # the paper has no beam-1 entry here
     assert ib4["errors"]["repeats_per_100"] == 1.0 and ib4["control_errors"]["drops_per_100"] == 1.5
     assert ib4["updates"] == 13500 and ib1["updates"] == 13500
+    assert ib4["gap_interval"] == [-3.5, -1.3] and ib1["gap_interval"] is None
     table = markdown(rows)
-    assert "-2.40 (-0.20) **-2.20 beyond**" in table and "13,500 (converged)" in table
+    assert "-2.40 [-3.50, -1.30] (-0.20) **-2.20 beyond**" in table and "13,500 (converged)" in table
+    cells = {tuple(c.strip() for c in line.strip("|").split("|")[:3:2]): [c.strip() for c in line.strip("|").split("|")]
+             for line in table.split("\n\n")[0].splitlines()[2:]}
+    assert cells[("IB", "1")][4] == "-1.10"  # no interval, no paper figure at beam 1
+    assert "95% of the gaps over 1,000 paired bootstrap resamples" in table
     assert "1.00 / 2.00 (0.10 / 1.50)" in table and "1.90x (1)" in table and "- paper A" in table
     where = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): [c.strip() for c in line.strip("|").split("|")[3:]]
              for line in table.split("Where they stand")[1].splitlines() if line.startswith("| ")}
     assert where[("IB", "4", "drops")] == ["0.00", "2.00", "0.00", "0.00"]  # 4 of 200 reference words, second quarter
     assert where[("L2R", "4", "drops")] == ["0.50", "0.50", "0.00", "0.50"] and ("L2R", "1", "drops") not in where
     manifest["ib"]["stopped"] = "not converged: 13500 of at most 30000 updates when packed"
-    assert "13,500 (not converged)" in markdown(report_rows(results, PAPERS, manifest, errors=errors))
+    table = markdown(report_rows(results, PAPERS, manifest, errors=errors))
+    assert "13,500 (not converged)" in table and "-2.40 (-0.20)" in table and "bootstrap" not in table
 
 
 def test_a_gap_within_the_rule_is_not_flagged_and_a_run_without_a_control_is_refused():
@@ -92,6 +99,7 @@ def test_saved_translations_are_the_scored_ones_and_the_report_reads_them(tiny_c
     orders_report.main([str(out), "--data", str(tiny_corpus), "--manifest", str(tmp_path / "none.json")])
     (row,) = json.loads((out / "orders_report.json").read_text())
     assert row["method"] == "engine" and row["gap"] == 0.0  # lossless: its control's BLEU
+    assert row["gap_interval"] == [0.0, 0.0]  # paired with its control's saved translations at the same beam
     assert row["errors"] == row["control_errors"] and row["errors"]["sentences"] == len(refs)
     assert "engine" in capsys.readouterr().out
 

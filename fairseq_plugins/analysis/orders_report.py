@@ -4,9 +4,10 @@ From one benchmark run of ``configs/benchmark/orders.json`` (its ``results.jsonl
 pass's translations saved: ``--save-hypotheses``), one row per order and beam:
 
 * how far the model trained (``models/MANIFEST.json``: updates, where it stopped);
-* test BLEU, the control's at the same beam, the gap (order - control) and the paper's gap
-  (``configs/papers/orders.json``), and ``beyond``: how much further behind the paper's gap ours is;
-  a gap more than :data:`BEYOND_PAPER` BLEU beyond the paper's needs an explanation (issue 20);
+* test BLEU, the control's at the same beam, the gap (order - control) with its 95% paired-bootstrap
+  interval over the test sentences where the translations were saved (:mod:`bleu_gap`), the paper's
+  gap (``configs/papers/orders.json``), and ``beyond``: how much further behind the paper's gap ours
+  is; a gap more than :data:`BEYOND_PAPER` BLEU beyond the paper's needs an explanation (issue 20);
 * brevity penalty and length ratio (an order that stops early shows there);
 * the speed ratio to the control's beam of the same width at each batch size, same run, beside the
   paper's ratio at the batch size it was measured at;
@@ -18,6 +19,7 @@ pass's translations saved: ``--save-hypotheses``), one row per order and beam:
 """
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_plugins.analysis.bleu_gap import LEVEL, SAMPLES
 from fairseq_plugins.analysis.order_errors import count_errors
 
 BEYOND_PAPER = 1.5  # BLEU: a gap this much wider than the paper's is to be explained (issue 20's rule)
@@ -38,18 +40,26 @@ def error_summary(hypotheses: Sequence[str], references: Sequence[str]) -> Dict:
     return count_errors([h.split() for h in hypotheses], [r.split() for r in references]).summary()
 
 
-def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = "orders",
-                errors: Optional[Dict] = None, accuracy: Optional[Dict] = None) -> List[Dict]:
-    """One dict per order x beam of ``group`` (its baseline row is the control), in the results' order.
-    ``errors``: ``(method, beam) -> error_summary`` for the orders and the control, where known;
-    ``accuracy``: model name -> teacher-forced accuracy by direction (:mod:`slot_accuracy`), where known."""
-    rows = [r for r in results if r.get("group", "") == group]
-    control = {r["beam"]: r for r in rows if r["baseline"]}
+def controls(results: List[Dict], group: str = "orders") -> Dict[int, Dict]:
+    """Beam -> the control's row of ``group`` at that beam (its baseline rows: one model, several beams)."""
+    control = {r["beam"]: r for r in results if r.get("group", "") == group and r["baseline"]}
     if not control:
         raise ValueError(f"no baseline row in group '{group}': run the benchmark with configs/benchmark/orders.json")
+    return control
+
+
+def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = "orders",
+                errors: Optional[Dict] = None, accuracy: Optional[Dict] = None,
+                intervals: Optional[Dict] = None) -> List[Dict]:
+    """One dict per order x beam of ``group`` (its baseline row is the control), in the results' order.
+    ``errors``: ``(method, beam) -> error_summary`` for the orders and the control, where known;
+    ``accuracy``: model name -> teacher-forced accuracy by direction (:mod:`slot_accuracy`), where known;
+    ``intervals``: ``(method, beam) -> bleu_gap.paired_gap`` against the control, where known."""
+    rows = [r for r in results if r.get("group", "") == group]
+    control = controls(results, group)
     name = next(iter(control.values()))["method"]
     control_model = next(iter(control.values()))["model"]
-    errors, accuracy = errors or {}, accuracy or {}
+    errors, accuracy, intervals = errors or {}, accuracy or {}, intervals or {}
     out, seen = [], set()
     for r in rows:
         key = (r["method"], r["beam"])
@@ -62,10 +72,12 @@ def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = 
         paper = paper_entry(papers, r["model"], r["beam"])
         beyond = None if gap is None or paper is None else round(gap - paper["gap"], 2)
         model = manifest.get(r["model"], {})
+        interval = intervals.get(key)
         out.append({
             "method": r["method"], "model": r["model"], "beam": r["beam"], "control": name,
             "updates": model.get("updates"), "stopped": model.get("stopped"),
             "bleu": r["bleu"], "control_bleu": None if ref is None else ref["bleu"], "gap": gap,
+            "gap_interval": None if interval is None else [interval["low"], interval["high"]],
             "paper_gap": None if paper is None else paper["gap"], "beyond_paper": beyond,
             "to_explain": beyond is not None and beyond < -BEYOND_PAPER,
             "bp": r["bleu_bp"], "length_ratio": r["bleu_ratio"],
@@ -93,7 +105,8 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
     """The table of :func:`report_rows` (tabulate's pipe format) and the papers it cites."""
     from tabulate import tabulate
 
-    head = ["order", "trained", "beam", "test BLEU (control)", "gap (paper's)", "BP / length ratio"]
+    head = ["order", "trained", "beam", "test BLEU (control)", f"gap [{LEVEL:.0%} interval] (paper's)",
+            "BP / length ratio"]
     head += [f"x control, batch {b}" for b in batch_sizes] + ["paper's x (batch)",
                                                               "repeats / drops per 100 ref words (control)"]
     with_accuracy = any(r["accuracy"] for r in rows)
@@ -106,7 +119,9 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
                                      + ("" if c is None else f" ({c['repeats_per_100']:.2f} / {c['drops_per_100']:.2f})"))
         trained = "–" if r["updates"] is None else f"{r['updates']:,}" + (
             " (converged)" if (r["stopped"] or "").startswith("converged") else " (not converged)")
-        gap = _num(r["gap"], "{:+.2f}") + ("" if r["paper_gap"] is None else f" ({r['paper_gap']:+.2f})")
+        gap = _num(r["gap"], "{:+.2f}")
+        gap += "" if not r["gap_interval"] else " [{:+.2f}, {:+.2f}]".format(*r["gap_interval"])
+        gap += "" if r["paper_gap"] is None else f" ({r['paper_gap']:+.2f})"
         if r["to_explain"]:
             gap += f" **{r['beyond_paper']:+.2f} beyond**"
         cells.append([r["method"], trained, r["beam"], f"{_num(r['bleu'])} ({_num(r['control_bleu'])})", gap,
@@ -116,7 +131,11 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
                      + ([_directions(r["accuracy"], r["control_accuracy"])] if with_accuracy else []))
     table = tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True)
     sources = sorted({r["paper_source"] for r in rows if r["paper_source"]})
-    return table + "\n\n" + "".join(f"- {s}\n" for s in sources) + positions(rows)
+    note = ""
+    if any(r["gap_interval"] for r in rows):
+        note = (f"\nThe interval: {LEVEL:.0%} of the gaps over {SAMPLES:,} paired bootstrap resamples of the test "
+                "sentences (Koehn 2004; sacreBLEU's statistics and seed).\n")
+    return table + "\n\n" + "".join(f"- {s}\n" for s in sources) + note + positions(rows)
 
 
 def positions(rows: List[Dict]) -> str:

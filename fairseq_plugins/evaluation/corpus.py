@@ -49,15 +49,19 @@ class Corpus:
         """Target token ids (with EOS) -> detokenised text, the same way for every backend."""
         return self.detokenize(tgt_dict.string([t for t in tokens if t != tgt_dict.eos()]))
 
+    def bleu_metric(self):
+        """sacreBLEU's BLEU as every score of this corpus is taken (13a, or MeCab for Japanese)."""
+        import sacrebleu
+
+        return sacrebleu.metrics.BLEU(tokenize="ja-mecab" if self.tgt.startswith("ja") else "13a")
+
     def bleu(self, hypotheses, ids):
         """sacreBLEU of ``hypotheses`` against the references ``ids``: score, signature, brevity
         penalty and the hypothesis/reference length ratio (all None without references)."""
-        import sacrebleu
-
         if self.references is None:
             return dict(bleu=None, signature=None, bp=None, ratio=None)
         refs = [self.references[i] for i in ids]
-        metric = sacrebleu.metrics.BLEU(tokenize="ja-mecab" if self.tgt.startswith("ja") else "13a")
+        metric = self.bleu_metric()
         score = metric.corpus_score(hypotheses, [refs])
         return dict(bleu=round(score.score, 2), signature=str(metric.get_signature()), bp=round(score.bp, 4),
                     ratio=round(score.ratio, 4))
