@@ -17,12 +17,13 @@
 #    warm start) and as verifier (verifier/: the drafters' and blockwise heads'), both the checkpoint
 #    models/ ships, and the distilled corpus (beam 5; resumable by shards, skipped when distill.json
 #    exists; shipped in models/data/en-de-distilled, and restored from there on another machine);
-# 4. stage 2, distilled corpus: the four orders, the L2R control, blockwise heads and the shallow GAD
-#    drafters (configs/reference/convergence_kd.txt), each order stopped at the issue's rule (>= 5
+# 4. stage 2, distilled corpus: the four orders, the L2R control, the shallow GAD drafter and the
+#    blockwise heads (configs/reference/convergence_kd.txt), each order stopped at the issue's rule (>= 5
 #    points, the last at >= 3x the updates at which l2r_kd flattened), at most STAGE2_MAX_UPDATE
 #    (30000) updates; with a teacher frozen early it runs beside stage 1, whose typo verifier follows it;
 # 5. the comparisons that do not ship (configs/reference/convergence_extra.txt: IBDecoder from scratch,
-#    the full-size GAD drafter, R2L, SA-L2R), under stage 2's rule, after everything models/ ships;
+#    the full-size GAD drafter and two shallow variants, R2L, SA-L2R), under stage 2's rule, after
+#    everything models/ ships, and never offered to models/;
 # 6. every model without optimizer state in RUNS/ref/export (the benchmark's --checkpoints).
 # Run it again after an interruption: each step resumes where it stopped.  Logs: RUNS/ref/<name>/.
 # The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there is not
@@ -52,7 +53,10 @@ stage1() {  # PARALLEL [NAME...]: the models of the list to train (default: all)
       --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
 }
 stage2() {  # PARALLEL [LIST]: the distilled corpus (restored from models/ where it ships, else distilled and
-            # shipped there), then LIST's models (default convergence_kd: what models/ ships)
+            # shipped there), then LIST's models (default convergence_kd: what models/ ships; another list's
+            # models are comparisons, never offered to models/)
+  local ship=(--models-dir "$models")
+  [ "${2:-convergence_kd}" = convergence_kd ] || ship=()
   if [ ! -f "$data/en-de-distilled/distill.json" ]; then
     if [ -f "$models/data/en-de-distilled/distill.json" ]; then
       $py -m scripts.distill --data "$data/en-de" --restore "$models/data/en-de-distilled" --out "$data/en-de-distilled"
@@ -62,7 +66,7 @@ stage2() {  # PARALLEL [LIST]: the distilled corpus (restored from models/ where
     fi
   fi
   $py -m scripts.reference_run --models "configs/reference/${2:-convergence_kd}.txt" --data "$data" --out "$ref" \
-      --models-dir "$models" --max-update "$stage2_updates" --interval 500 --parallel "$1"
+      "${ship[@]}" --max-update "$stage2_updates" --interval 500 --parallel "$1"
 }
 # the baseline's roles in stage 2 ({CKPT}/teacher/, {CKPT}/verifier/ in convergence_kd.txt), each copied
 # once and never replaced: the distilled corpus, the warm starts and the drafters see the same weights

@@ -312,7 +312,8 @@ class ReferenceRun:
         self.converged = set()
         self.scorer = None  # (name, Job): a curve's scorer, or the packer of a converged model into --models-dir
         self.store = ReferenceModels(args.models_dir) if getattr(args, "models_dir", None) else None
-        self.to_pack = []  # converged models not yet packed into --models-dir
+        self.to_pack = []  # converged (or, without a curve, finished) models not yet packed into --models-dir
+        self.by_name = {m["name"]: m for m in models}
         self.waiting = {}  # name -> the checkpoints of this run it trains from that do not exist yet
         self.attempted = {}  # name -> the unscored checkpoints when it was last given to the scorer
         self.turn = 0  # the scorer goes round the models
@@ -354,6 +355,19 @@ class ReferenceRun:
                 self.slots.free(name)
                 status = "done" if code == 0 else f"FAILED ({code}); see {job.log}"
                 self.log(f"{name} {status} {progress(job.log)}")
+                if code == 0:
+                    self.mark_finished(self.by_name[name])
+
+    def mark_finished(self, m):
+        """A model without a curve (a drafter, blockwise heads) is done at its updates: into --models-dir."""
+        if self.store and not m["curve"] and not self.finished_in_store(m) and m["name"] not in self.to_pack:
+            self.to_pack.append(m["name"])
+
+    def finished_in_store(self, m):
+        """Whether --models-dir holds ``m`` converged, or, without a curve, trained to its updates."""
+        entry = self.store and self.store.entry(m["name"])
+        return bool(entry) and bool(entry.get("converged") or (
+            not m["curve"] and entry["updates"] >= max_update_of(m, self.args)))
 
     def collect_scorer(self):
         if self.scorer and self.scorer[1].poll() is not None:
@@ -405,16 +419,16 @@ class ReferenceRun:
     def start_trainings(self):
         while self.pending and len(self.trainings) < self.args.parallel:
             m = self.pending.pop(0)
-            entry = self.store and self.store.entry(m["name"])
-            if entry and entry.get("converged"):
+            if self.finished_in_store(m):
                 self.codes[m["name"]] = 0
-                self.log(f"{m['name']} is in {self.store.folder}, converged at {entry['updates']} updates: not trained again")
+                self.log(f"{m['name']} is in {self.store.folder}, {self.store.entry(m['name'])['stopped']}: not trained again")
                 continue
             done = trained_updates(self.out / "checkpoints" / m["name"])
             if done is not None and done >= max_update_of(m, self.args):
                 self.codes[m["name"]] = 0
                 self.log(f"{m['name']} has {done} updates, at --max-update {max_update_of(m, self.args)}: "
                          "not trained again (raise --max-update to train it further)")
+                self.mark_finished(m)
                 continue
             cmd = train_command(m, self.args, self.gpu)
             needs = missing_inputs(cmd, self.out / "checkpoints")
@@ -617,6 +631,10 @@ def offer(m, args):
         floor = f", the last at >= {converged['min_updates']} updates" if converged["min_updates"] else ""
         stopped = (f"converged at {updates} updates (validation BLEU within {converged['tolerance']} over the last "
                    f"two of >= {converged['min_points']} points{floor})")
+    elif not m["curve"] and updates >= max_update:  # a drafter or blockwise heads: a fixed budget, no BLEU of its own
+        stopped = f"trained its {max_update} updates (no BLEU curve: judged by the rows that decode with it)"
+    elif not m["curve"]:
+        stopped = f"not finished: {updates} of its {max_update} updates when packed; the run goes on from here"
     else:
         stopped = (f"not converged: {updates} of at most {max_update} updates when packed"
                    + (" (the cap)" if updates >= max_update else "; the run goes on from here"))

@@ -5,6 +5,7 @@ update count and learning rate; the replacement rule, the budget and the corpus 
 run reads the folder (a converged model is not trained again, a training without a run folder goes
 on from its snapshot)."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -255,3 +256,60 @@ def test_a_converged_model_is_packed_with_its_bleu_and_command(tmp_path, tiny_co
         "spm.model", "subword", "test.de", "test.en", "valid.de", "valid.en"]
     assert sorted(p.name for p in (shipped / "bin").iterdir()) == sorted(
         p.name for p in (tiny_corpus / "bin").iterdir() if p.name.startswith(("dict.", "valid.", "test.")))
+
+
+def test_a_model_without_a_curve_goes_into_the_folder_when_its_training_ends_and_is_not_trained_again(
+        tmp_path, tiny_model, monkeypatch):
+    """A drafter or blockwise heads has no BLEU curve to converge on: done at its updates, it is packed at
+    once (a lost machine costs only the model in training), and a run that finds it there leaves it."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    fake_corpus(data / "en-de")
+    lst = tmp_path / "list.txt"
+    lst.write_text("drafter cfg en-de curve=no updates=0.5\nl2r cfg en-de\n")
+    started, packed = {}, tmp_path / "packed"
+
+    def command(m, args, gpu):  # fairseq-train at its end: checkpoint_last.pt at the model's updates
+        last = out / "checkpoints" / m["name"] / "checkpoint_last.pt"
+        return [sys.executable, "-c", f"import pathlib, torch; p = pathlib.Path({str(last)!r}); "
+                f"p.parent.mkdir(parents=True, exist_ok=True); torch.save({{'optimizer_history': "
+                f"[{{'num_updates': {reference_run.max_update_of(m, args)}}}]}}, p)"]
+
+    class Recorder(reference_run.Job):
+        def __init__(self, name, cmd, log, env):
+            started[name] = cmd
+            super().__init__(name, cmd, log, env)
+
+    monkeypatch.setattr(reference_run, "train_command", command)
+    monkeypatch.setattr(reference_run, "Job", Recorder)
+    monkeypatch.setattr(reference_run.ReferenceRun, "pack_command", lambda self, name: [
+        sys.executable, "-c", f"open({str(packed)!r}, 'a').write({name!r} + '\\n')"])
+    argv = ["--models", str(lst), "--data", str(data), "--out", str(out), "--parallel", "1", "--poll-seconds", "0.05",
+            "--models-dir", str(tmp_path / "models"), "--flatten-reference", "none", "--max-update", "1000"]
+    reference_run.main(argv)
+    assert packed.read_text() == "drafter\n"  # the model with a curve waits for its rule
+
+    store = rm.ReferenceModels(tmp_path / "models")
+    store.offer(dict(entry("drafter", 500), stopped="trained its 500 updates"), tiny_model, data / "en-de")
+    started.clear()
+    packed.unlink()
+    shutil.rmtree(out)  # a new machine: the drafter is only in the folder
+    reference_run.main(argv)
+    assert "drafter" not in started and "l2r" in started and not packed.exists()
+
+
+def test_a_model_without_a_curve_is_packed_with_its_budget_as_where_it_stopped(tmp_path, tiny_corpus, tiny_model):
+    out, models = tmp_path / "out", tmp_path / "models"
+    updates = torch.load(tiny_model, map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"]
+    (out / "checkpoints" / "heads").mkdir(parents=True)
+    (out / "checkpoints" / "heads" / "checkpoint_last.pt").symlink_to(tiny_model)
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"heads configs/models/baseline.args {tiny_corpus.name} curve=no\n")
+    argv = ["--models", str(lst), "--data", str(tiny_corpus.parent), "--out", str(out), "--models-dir", str(models),
+            "--name", "heads", "--pack"]
+    reference_run.main(argv + ["--max-update", str(updates)])
+    e = rm.ReferenceModels(models).entry("heads")
+    assert e["stopped"] == f"trained its {updates} updates (no BLEU curve: judged by the rows that decode with it)"
+    assert e["updates"] == updates and e["converged"] is None and e["valid_bleu"] is None and e["test_bleu"] is None
+    (models / "MANIFEST.json").unlink()
+    reference_run.main(argv + ["--max-update", str(updates + 1)])
+    assert rm.ReferenceModels(models).entry("heads")["stopped"].startswith(f"not finished: {updates} of its {updates + 1}")
