@@ -199,6 +199,20 @@ def test_a_snapshot_of_another_corpus_is_not_resumed(tmp_path, tiny_model):
         store.resumable("m", fake_corpus(tmp_path / "other", content="b"))
 
 
+def record_trainings(monkeypatch, command):
+    """The reference run's trainings as ``command(m, args, gpu)``; returns name -> the command each started."""
+    started = {}
+
+    class Recorder(reference_run.Job):
+        def __init__(self, name, cmd, log, env):
+            started[name] = cmd
+            super().__init__(name, cmd, log, env)
+
+    monkeypatch.setattr(reference_run, "train_command", command)
+    monkeypatch.setattr(reference_run, "Job", Recorder)
+    return started
+
+
 def test_the_run_skips_converged_models_and_resumes_snapshots_from_the_folder(tmp_path, tiny_model, monkeypatch):
     data = tmp_path / "data"
     fake_corpus(data / "en-de")
@@ -209,18 +223,7 @@ def test_the_run_skips_converged_models_and_resumes_snapshots_from_the_folder(tm
     store.offer(dict(entry("going", 300), curve=curve), tiny_model, data / "en-de")
     lst = tmp_path / "list.txt"
     lst.write_text("done cfg en-de\ngoing cfg en-de\nfresh cfg en-de\n")
-    started = {}
-
-    def command(m, args, gpu):
-        return [sys.executable, "-c", "pass"]
-
-    class Recorder(reference_run.Job):
-        def __init__(self, name, cmd, log, env):
-            started[name] = cmd
-            super().__init__(name, cmd, log, env)
-
-    monkeypatch.setattr(reference_run, "train_command", command)
-    monkeypatch.setattr(reference_run, "Job", Recorder)
+    started = record_trainings(monkeypatch, lambda m, args, gpu: [sys.executable, "-c", "pass"])
     reference_run.main(["--models", str(lst), "--data", str(data), "--out", str(tmp_path / "out"), "--parallel", "1",
                         "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference", "none"])
     assert "done" not in started
@@ -266,7 +269,7 @@ def test_a_model_without_a_curve_goes_into_the_folder_when_its_training_ends_and
     fake_corpus(data / "en-de")
     lst = tmp_path / "list.txt"
     lst.write_text("drafter cfg en-de curve=no updates=0.5\nl2r cfg en-de\n")
-    started, packed = {}, tmp_path / "packed"
+    packed = tmp_path / "packed"
 
     def command(m, args, gpu):  # fairseq-train at its end: checkpoint_last.pt at the model's updates
         last = out / "checkpoints" / m["name"] / "checkpoint_last.pt"
@@ -274,13 +277,7 @@ def test_a_model_without_a_curve_goes_into_the_folder_when_its_training_ends_and
                 f"p.parent.mkdir(parents=True, exist_ok=True); torch.save({{'optimizer_history': "
                 f"[{{'num_updates': {reference_run.max_update_of(m, args)}}}]}}, p)"]
 
-    class Recorder(reference_run.Job):
-        def __init__(self, name, cmd, log, env):
-            started[name] = cmd
-            super().__init__(name, cmd, log, env)
-
-    monkeypatch.setattr(reference_run, "train_command", command)
-    monkeypatch.setattr(reference_run, "Job", Recorder)
+    started = record_trainings(monkeypatch, command)
     monkeypatch.setattr(reference_run.ReferenceRun, "pack_command", lambda self, name: [
         sys.executable, "-c", f"open({str(packed)!r}, 'a').write({name!r} + '\\n')"])
     argv = ["--models", str(lst), "--data", str(data), "--out", str(out), "--parallel", "1", "--poll-seconds", "0.05",
