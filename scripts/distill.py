@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from fairseq_plugins.corpora.binarize import binarize
 from fairseq_plugins.evaluation import EvaluationError
-from fairseq_plugins.evaluation.reference_models import file_sha256
+from fairseq_plugins.evaluation.reference_models import SEGMENTATION_FILES, file_sha256
 from fairseq_plugins.evaluation.generation import Generation
 
 
@@ -63,7 +63,7 @@ class DistillError(RuntimeError):
 
 
 # copied from the original corpus folder as they are (raw splits other than train, subword model)
-AUX_FILES = ("spm.model", "spm.vocab", "bpe.codes", "subword")
+AUX_FILES = SEGMENTATION_FILES + ("spm.vocab",)  # a distilled corpus is whole: the readable listing too
 SETTINGS = ("data", "teacher", "beam", "lenpen", "max_len_a", "max_len_b", "subset", "shard_size", "source", "target")
 
 

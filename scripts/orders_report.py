@@ -56,10 +56,12 @@ def gap_intervals(results, saved, group):
     beam were saved."""
     out = {}
     for beam, control in controls(results, group).items():
-        against = saved.get((control["method"], beam))
+        if (control["method"], beam) not in saved:
+            continue
+        against = saved[(control["method"], beam)][0]
         for (method, at), (lines, corpus) in saved.items():
-            if against is not None and at == beam and method != control["method"]:
-                out[(method, beam)] = paired_gap(corpus.bleu_metric(), lines, against[0], corpus.references)
+            if at == beam and method != control["method"]:
+                out[(method, beam)] = paired_gap(corpus.bleu_metric(), lines, against, corpus.references)
     return out
 
 
