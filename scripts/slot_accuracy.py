@@ -5,6 +5,7 @@ bidirectional order lags, and whether the lag closes as training goes on::
 
     python -m scripts.slot_accuracy RUNS/ref/checkpoints/ibdecoder/checkpoint_*_*.pt \\
         models/l2r_kd/checkpoint_best.pt --data models/data/en-de-distilled [--subset valid]
+    python -m scripts.slot_accuracy CKPT... --data RUNS/data/en-de-distilled --subset train --sentences 1000
 
 One row per checkpoint, in update order: each reads its own order flags from its saved config.
 """
@@ -21,6 +22,8 @@ def main(argv=None):
     ap.add_argument("checkpoints", nargs="+")
     ap.add_argument("--data", required=True, help="a corpus folder (with bin/) or its bin/")
     ap.add_argument("--subset", default="valid")
+    ap.add_argument("--sentences", type=int, help="only the first N sentences of the subset (by id): a sample "
+                    "of a large split, such as how well a model fits its own training sentences")
     ap.add_argument("--gpu", action="store_true", help="evaluate on the GPU when there is one")
     args = ap.parse_args(argv)
     data = Path(args.data)
@@ -30,7 +33,11 @@ def main(argv=None):
             raise SystemExit(f"error: {path} is not a checkpoint file")
     rows = []
     for path in args.checkpoints:
-        updates, r = checkpoint_slot_accuracy(path, data_bin, args.subset, cpu=not args.gpu)
+        try:
+            updates, r = checkpoint_slot_accuracy(path, data_bin, args.subset, cpu=not args.gpu,
+                                                     sentences=args.sentences)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}")
         rows.append((updates if updates is not None else -1, [
             str(path), "–" if updates is None else f"{updates:,}", r["order"], f"{r['accuracy']:.4f}",
             " / ".join(f"{v:.4f}" for v in r["by_direction"].values()),

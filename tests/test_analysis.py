@@ -84,6 +84,39 @@ def test_slot_accuracy_separates_the_slots_of_a_step(tiny_corpus):
     assert 0.45 < result["accuracy"] < 0.55
 
 
+class _RightOnFirst(_Oracle):
+    """Answers every slot right on the valid sentences with id < ``first`` and every slot wrong on the others."""
+
+    def __init__(self, task, order, first):
+        super().__init__(task, order)
+        data = task.dataset("valid")
+        self.right = {tuple((data.dataset[i] if hasattr(data, "dataset") else data[i])["source"].tolist())
+                      for i in range(first)}
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens):
+        pad = 1
+        out = torch.full(prev_output_tokens.shape, self.wrong, dtype=torch.long)
+        for b, row in enumerate(src_tokens):
+            src = tuple(row[row.ne(pad)].tolist())
+            if src in self.right:
+                out[b, : len(self.targets[src])] = self.targets[src]
+        return torch.nn.functional.one_hot(out, self.vocab).float(), None
+
+
+def test_slot_accuracy_reads_only_the_first_sentences_by_id(tiny_corpus):
+    args = parse_train_args(tiny_corpus / "bin", ["--arch", "reordered_transformer_tiny", "--target-order",
+                                                  "interleave", "-s", "en", "-t", "de"])
+    task = tasks.setup_task(args)
+    task.load_dataset("valid")
+    oracle = _RightOnFirst(task, get_order("interleave"), first=7)
+    assert len(task.dataset("valid")) > 7
+    assert slot_accuracy(task, oracle, "valid", sentences=7)["accuracy"] == pytest.approx(1.0)
+    assert slot_accuracy(task, oracle, "valid", max_tokens=64, sentences=7)["accuracy"] == pytest.approx(1.0)
+    assert slot_accuracy(task, oracle, "valid")["accuracy"] < 0.9  # the whole split has the wrong ones too
+    with pytest.raises(ValueError, match="at least 1"):
+        slot_accuracy(task, oracle, "valid", sentences=0)
+
+
 def test_the_command_reads_fairseq_generate_output(tmp_path, capsys):
     from scripts.order_errors import main
 

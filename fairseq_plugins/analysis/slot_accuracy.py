@@ -12,9 +12,11 @@ slot is compared with the target, grouped three ways:
 * ``first_step`` / ``later_steps``: the first group (start symbols only) against the rest.
 
 End markers (EOS padding of the reordered target) count like tokens, as the criterion scores them.
+``sentences=N`` reads only the first N sentences of the split (by id, as the corpus lists them): a
+sample of a large split, such as how well a model fits its own training sentences.
 """
 from collections import defaultdict
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -26,9 +28,12 @@ def _rates(hits: Dict, totals: Dict) -> Dict:
 
 
 @torch.no_grad()
-def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096) -> Dict:
+def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096, sentences: Optional[int] = None) -> Dict:
     """Teacher-forced accuracy of ``model`` on ``subset`` of ``task`` (a ``fast_translation`` task set
-    up with the model's order flags, so its batches carry the reordered target)."""
+    up with the model's order flags, so its batches carry the reordered target); ``sentences``: only
+    the first that many of the split, by id."""
+    if sentences is not None and sentences < 1:
+        raise ValueError(f"sentences must be at least 1 (got {sentences}); leave it out to read the whole split")
     order = getattr(model, "generation_order", None) or get_order("l2r")
     if task.datasets.get(subset) is None:
         task.load_dataset(subset)
@@ -39,8 +44,11 @@ def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096) ->
     hits, totals = defaultdict(lambda: defaultdict(int)), defaultdict(lambda: defaultdict(int))
     device = next(model.parameters()).device
     for sample in itr:
-        net_input = {k: v.to(device) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
-        target = sample["target"].to(device)
+        rows = slice(None) if sentences is None else sample["id"].lt(sentences)
+        if sentences is not None and not rows.any():
+            continue  # batches are grouped by length, so the first N sentences are spread over them
+        net_input = {k: v[rows].to(device) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
+        target = sample["target"][rows].to(device)
         logits = model(**net_input)[0]
         right = logits.argmax(dim=-1).eq(target)
         valid = target.ne(pad)
@@ -60,10 +68,10 @@ def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096) ->
             "first_step": step.get(0), "later_steps": step.get(1)}
 
 
-def checkpoint_slot_accuracy(path, data_bin, subset: str = "valid", cpu: bool = True):
+def checkpoint_slot_accuracy(path, data_bin, subset: str = "valid", cpu: bool = True, sentences: Optional[int] = None):
     """(updates or None, :func:`slot_accuracy`) of the fairseq checkpoint at ``path`` on ``data_bin``'s
-    ``subset``, the task set up from the checkpoint's own config (its order flags); ``cpu=False``: on the
-    GPU when there is one."""
+    ``subset`` (its first ``sentences``, or all), the task set up from the checkpoint's own config (its
+    order flags); ``cpu=False``: on the GPU when there is one."""
     from fairseq import checkpoint_utils  # the plugin's tasks and models are registered: this package is imported
 
     overrides = {"data": str(data_bin)}
@@ -73,5 +81,5 @@ def checkpoint_slot_accuracy(path, data_bin, subset: str = "valid", cpu: bool = 
     if not cpu and torch.cuda.is_available():
         model = model.cuda()
     history = state.get("optimizer_history") or [{}]
-    return history[-1].get("num_updates"), slot_accuracy(task, model, subset)
+    return history[-1].get("num_updates"), slot_accuracy(task, model, subset, sentences=sentences)
 
