@@ -55,6 +55,22 @@ def test_each_order_and_beam_against_the_controls_same_beam_beside_the_paper():
     assert "13,500 (not converged)" in table and "-2.40 (-0.20)" in table and "bootstrap" not in table
 
 
+def test_precision_by_position_sits_beside_the_controls_at_the_same_beam():
+    results = [result("L2R", "l2r", b, 1, 40.0, 1.0, baseline=True) for b in (1, 4)]
+    results += [result("IB", "ib", 4, 1, 38.0, 2.0), result("IB", "ib", 1, 1, 37.0, 2.0)]
+    ib = {1: {"precision": [0.70, 0.60], "matches": [7, 6], "total": [10, 10]}}
+    by_position = {("IB", 4): ib, ("L2R", 4): {1: {"precision": [0.70, 0.75], "matches": [7, 3], "total": [10, 4]}},
+                   ("L2R", 1): {1: {"precision": [0.5, None], "matches": [1, 0], "total": [2, 0]}}}
+    rows = report_rows(results, PAPERS, {}, by_position=by_position)
+    assert rows[0]["precision"] is ib and rows[0]["control_precision"] is by_position[("L2R", 4)]
+    assert rows[1]["precision"] is None  # no translations of IB at beam 1: no row in the table
+    table = markdown(rows).split("Where the translation loses")[1]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| IB")]
+    assert cells == [["IB", "4", "1-grams", "70.0 (70.0) +0.0", "60.0 (75.0) -15.0"]]
+    assert "0.00-0.50" in table and "0.50-1.00" in table
+    assert "Where the translation loses" not in markdown(report_rows(results, PAPERS, {}))
+
+
 def test_a_gap_within_the_rule_is_not_flagged_and_a_run_without_a_control_is_refused():
     results = [result("L2R", "l2r", 4, 1, 40.0, 1.0, baseline=True), result("IB", "ib", 4, 1, 38.4, 2.0)]
     (row,) = report_rows(results, PAPERS, {})
@@ -101,7 +117,9 @@ def test_saved_translations_are_the_scored_ones_and_the_report_reads_them(tiny_c
     assert row["method"] == "engine" and row["gap"] == 0.0  # lossless: its control's BLEU
     assert row["gap_interval"] == [0.0, 0.0]  # paired with its control's saved translations at the same beam
     assert row["errors"] == row["control_errors"] and row["errors"]["sentences"] == len(refs)
-    assert "engine" in capsys.readouterr().out
+    assert row["precision"] == row["control_precision"] and sum(row["precision"]["1"]["total"]) > 0
+    printed = capsys.readouterr().out
+    assert "engine" in printed and "Where the translation loses" in printed
 
 
 def test_a_missing_translations_file_is_a_clear_error(tmp_path):

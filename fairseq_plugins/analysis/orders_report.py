@@ -14,6 +14,9 @@ pass's translations saved: ``--save-hypotheses``), one row per order and beam:
 * repeated and dropped words per 100 reference words, the order's beside the control's, and a
   second table of where in the sentence they stand, by tenth (:mod:`order_errors`: the junction
   errors of bidirectional decoding show as a peak where the directions meet);
+* n-gram precision by quarter of the translation, the order's beside the control's
+  (:mod:`position_precision`): which part of the translation loses BLEU, its ends or where the
+  directions meet;
 * optionally, teacher-forced accuracy on the validation set by direction (:mod:`slot_accuracy`):
   which half of a bidirectional order lags the control.
 """
@@ -50,16 +53,17 @@ def controls(results: List[Dict], group: str = "orders") -> Dict[int, Dict]:
 
 def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = "orders",
                 errors: Optional[Dict] = None, accuracy: Optional[Dict] = None,
-                intervals: Optional[Dict] = None) -> List[Dict]:
+                intervals: Optional[Dict] = None, by_position: Optional[Dict] = None) -> List[Dict]:
     """One dict per order x beam of ``group`` (its baseline row is the control), in the results' order.
     ``errors``: ``(method, beam) -> error_summary`` for the orders and the control, where known;
     ``accuracy``: model name -> teacher-forced accuracy by direction (:mod:`slot_accuracy`), where known;
-    ``intervals``: ``(method, beam) -> bleu_gap.paired_gap`` against the control, where known."""
+    ``intervals``: ``(method, beam) -> bleu_gap.paired_gap`` against the control, where known;
+    ``by_position``: ``(method, beam) -> position_precision`` for the orders and the control, where known."""
     rows = [r for r in results if r.get("group", "") == group]
     control = controls(results, group)
     name = next(iter(control.values()))["method"]
     control_model = next(iter(control.values()))["model"]
-    errors, accuracy, intervals = errors or {}, accuracy or {}, intervals or {}
+    errors, accuracy, intervals, by_position = errors or {}, accuracy or {}, intervals or {}, by_position or {}
     out, seen = [], set()
     for r in rows:
         key = (r["method"], r["beam"])
@@ -86,6 +90,7 @@ def report_rows(results: List[Dict], papers: Dict, manifest: Dict, group: str = 
             "paper_source": None if paper is None else paper["source"],
             "errors": errors.get(key), "control_errors": errors.get((name, r["beam"])),
             "accuracy": accuracy.get(r["model"]), "control_accuracy": accuracy.get(control_model),
+            "precision": by_position.get(key), "control_precision": by_position.get((name, r["beam"])),
         })
     return out
 
@@ -135,7 +140,7 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
     if any(r["gap_interval"] for r in rows):
         note = (f"\nThe interval: {LEVEL:.0%} of the gaps over {SAMPLES:,} paired bootstrap resamples of the test "
                 "sentences (Koehn 2004; sacreBLEU's statistics and seed).\n")
-    return table + "\n\n" + "".join(f"- {s}\n" for s in sources) + note + positions(rows)
+    return table + "\n\n" + "".join(f"- {s}\n" for s in sources) + note + positions(rows) + precision_by_position(rows)
 
 
 def positions(rows: List[Dict]) -> str:
@@ -159,4 +164,28 @@ def positions(rows: List[Dict]) -> str:
     return ("\nWhere they stand, by fraction of the sentence (repeats: of the translation; drops: of the "
             "reference); a junction shows as a peak where the directions meet (0.5 for head-tail and "
             "IBDecoder, 0.25 and 0.75 for IMDecoder h=4):\n\n"
+            + tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True) + "\n")
+
+
+def precision_by_position(rows: List[Dict]) -> str:
+    """Each order's n-gram precision in each part of its translations beside its control's at the same
+    beam, and the difference (empty without saved translations)."""
+    from tabulate import tabulate
+
+    cells = []
+    for r in rows:
+        ours, theirs = r.get("precision"), r.get("control_precision")
+        if not ours or not theirs:
+            continue
+        for n in sorted(ours, key=int):
+            cells.append([r["method"], r["beam"], f"{n}-grams"] + [
+                "–" if a is None or b is None else f"{100 * a:.1f} ({100 * b:.1f}) {100 * (a - b):+.1f}"
+                for a, b in zip(ours[n]["precision"], theirs[n]["precision"])])
+    if not cells:
+        return ""
+    bins = len(cells[0]) - 3
+    head = ["row", "beam", "precision of"] + [f"{b / bins:.2f}-{(b + 1) / bins:.2f}" for b in range(bins)]
+    return ("\nWhere the translation loses: n-gram precision (%) by part of the translation (an n-gram's part: "
+            "where its centre falls), the order's (the control's at the same beam) and the difference; a "
+            "bidirectional order writes both ends first and meets in the middle:\n\n"
             + tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True) + "\n")
