@@ -60,13 +60,18 @@ class _Oracle(torch.nn.Module):
             src = tuple(item["source"].tolist())
             self.targets[src] = order.reorder(item["target"][:-1], eos=task.target_dictionary.eos())[0]
 
+    def answer(self, src):
+        """The predicted reordered target of the sentence whose source tokens are ``src``."""
+        target = self.targets[src]
+        keep = torch.arange(len(target)) % self.generation_order.z == 0
+        return torch.where(keep, target, torch.tensor(self.wrong))
+
     def forward(self, src_tokens, src_lengths, prev_output_tokens):
         pad = 1
         out = torch.full(prev_output_tokens.shape, self.wrong, dtype=torch.long)
         for b, row in enumerate(src_tokens):
-            target = self.targets[tuple(row[row.ne(pad)].tolist())]
-            keep = torch.arange(len(target)) % self.generation_order.z == 0
-            out[b, : len(target)] = torch.where(keep, target, torch.tensor(self.wrong))
+            answer = self.answer(tuple(row[row.ne(pad)].tolist()))
+            out[b, : len(answer)] = answer
         return torch.nn.functional.one_hot(out, self.vocab).float(), None
 
 
@@ -93,14 +98,9 @@ class _RightOnFirst(_Oracle):
         self.right = {tuple((data.dataset[i] if hasattr(data, "dataset") else data[i])["source"].tolist())
                       for i in range(first)}
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens):
-        pad = 1
-        out = torch.full(prev_output_tokens.shape, self.wrong, dtype=torch.long)
-        for b, row in enumerate(src_tokens):
-            src = tuple(row[row.ne(pad)].tolist())
-            if src in self.right:
-                out[b, : len(self.targets[src])] = self.targets[src]
-        return torch.nn.functional.one_hot(out, self.vocab).float(), None
+    def answer(self, src):
+        target = self.targets[src]
+        return target if src in self.right else torch.full_like(target, self.wrong)
 
 
 def test_slot_accuracy_reads_only_the_first_sentences_by_id(tiny_corpus):

@@ -146,8 +146,6 @@ def markdown(rows: List[Dict], batch_sizes=(1, 32)) -> str:
 def positions(rows: List[Dict]) -> str:
     """Where the repeats and drops stand: per 100 reference words in each tenth (bin) of the sentence,
     each order's row beside its control's at the same beam (empty without saved translations)."""
-    from tabulate import tabulate
-
     cells, seen = [], set()
     for r in rows:
         for method, errors in ((r["method"], r["errors"]), (r["control"], r["control_errors"])):
@@ -157,21 +155,15 @@ def positions(rows: List[Dict]) -> str:
             per = 100.0 / max(1, errors["ref_tokens"])
             for kind in ("repeat", "drop"):
                 cells.append([method, r["beam"], kind + "s"] + [f"{n * per:.2f}" for n in errors[f"{kind}_position"]])
-    if not cells:
-        return ""
-    bins = len(cells[0]) - 3
-    head = ["row", "beam", "per 100 ref words"] + [f"{b / bins:.1f}-{(b + 1) / bins:.1f}" for b in range(bins)]
-    return ("\nWhere they stand, by fraction of the sentence (repeats: of the translation; drops: of the "
-            "reference); a junction shows as a peak where the directions meet (0.5 for head-tail and "
-            "IBDecoder, 0.25 and 0.75 for IMDecoder h=4):\n\n"
-            + tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True) + "\n")
+    return _by_fraction(cells, ["row", "beam", "per 100 ref words"], 1,
+                        "Where they stand, by fraction of the sentence (repeats: of the translation; drops: of the "
+                        "reference); a junction shows as a peak where the directions meet (0.5 for head-tail and "
+                        "IBDecoder, 0.25 and 0.75 for IMDecoder h=4)")
 
 
 def precision_by_position(rows: List[Dict]) -> str:
     """Each order's n-gram precision in each part of its translations beside its control's at the same
     beam, and the difference (empty without saved translations)."""
-    from tabulate import tabulate
-
     cells = []
     for r in rows:
         ours, theirs = r.get("precision"), r.get("control_precision")
@@ -181,11 +173,19 @@ def precision_by_position(rows: List[Dict]) -> str:
             cells.append([r["method"], r["beam"], f"{n}-grams"] + [
                 "–" if a is None or b is None else f"{100 * a:.1f} ({100 * b:.1f}) {100 * (a - b):+.1f}"
                 for a, b in zip(ours[n]["precision"], theirs[n]["precision"])])
+    return _by_fraction(cells, ["row", "beam", "precision of"], 2,
+                        "Where the translation loses: n-gram precision (%) by part of the translation (an n-gram's "
+                        "part: where its centre falls), the order's (the control's at the same beam) and the "
+                        "difference; a bidirectional order writes both ends first and meets in the middle")
+
+
+def _by_fraction(cells: List[List], heads: List[str], digits: int, intro: str) -> str:
+    """``intro`` and a table of ``cells``: the ``heads`` columns, then one column per equal part of the
+    sentence (its fractions to ``digits`` places); empty without cells."""
+    from tabulate import tabulate
+
     if not cells:
         return ""
-    bins = len(cells[0]) - 3
-    head = ["row", "beam", "precision of"] + [f"{b / bins:.2f}-{(b + 1) / bins:.2f}" for b in range(bins)]
-    return ("\nWhere the translation loses: n-gram precision (%) by part of the translation (an n-gram's part: "
-            "where its centre falls), the order's (the control's at the same beam) and the difference; a "
-            "bidirectional order writes both ends first and meets in the middle:\n\n"
-            + tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True) + "\n")
+    bins = len(cells[0]) - len(heads)
+    head = heads + [f"{b / bins:.{digits}f}-{(b + 1) / bins:.{digits}f}" for b in range(bins)]
+    return f"\n{intro}:\n\n" + tabulate(cells, headers=head, tablefmt="pipe", disable_numparse=True) + "\n"
