@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from fairseq_plugins.analysis.bleu_gap import paired_gap
-from fairseq_plugins.analysis.position_precision import position_precision
 from fairseq_plugins.analysis.orders_report import controls, error_summary, markdown, report_rows
+from fairseq_plugins.analysis.position_precision import position_precision
 from fairseq_plugins.evaluation import EvaluationError
 from fairseq_plugins.evaluation.corpus import Corpus
 
@@ -52,7 +52,7 @@ def junction_errors(saved):
     return {key: error_summary(lines, corpus.references) for key, (lines, corpus) in saved.items()}
 
 
-def precision_by_position(saved):
+def position_precisions(saved):
     """``(method, beam) -> position_precision`` of every saved translation, in the BLEU metric's tokens."""
     return {key: position_precision(lines, corpus.references, corpus.bleu_metric().tokenizer)
             for key, (lines, corpus) in saved.items()}
@@ -106,7 +106,7 @@ def main(argv=None):
         saved = saved_translations(results, args.results, args.data, args.group)
         accuracy = direction_accuracy(results, args.checkpoints, args.data, args.group) if args.checkpoints else None
         rows = report_rows(results, papers, manifest, args.group, junction_errors(saved), accuracy,
-                           gap_intervals(results, saved, args.group), precision_by_position(saved))
+                           gap_intervals(results, saved, args.group), position_precisions(saved))
     except (EvaluationError, ValueError) as e:
         raise SystemExit(f"error: {e}")
     batch_sizes = sorted({r["batch_size"] for r in results if r.get("group", "") == args.group})
