@@ -54,10 +54,11 @@ class _Oracle(torch.nn.Module):
         self.vocab = len(task.target_dictionary)
         self.wrong = task.target_dictionary.unk()
         data = task.dataset("valid")
-        self.targets = {}
+        self.targets, self.sources = {}, []  # sources in id order
         for i in range(len(data)):
             item = data.dataset[i] if hasattr(data, "dataset") else data[i]
             src = tuple(item["source"].tolist())
+            self.sources.append(src)
             self.targets[src] = order.reorder(item["target"][:-1], eos=task.target_dictionary.eos())[0]
 
     def answer(self, src):
@@ -94,9 +95,7 @@ class _RightOnFirst(_Oracle):
 
     def __init__(self, task, order, first):
         super().__init__(task, order)
-        data = task.dataset("valid")
-        self.right = {tuple((data.dataset[i] if hasattr(data, "dataset") else data[i])["source"].tolist())
-                      for i in range(first)}
+        self.right = set(self.sources[:first])
 
     def answer(self, src):
         target = self.targets[src]

@@ -44,9 +44,11 @@ def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096, se
     hits, totals = defaultdict(lambda: defaultdict(int)), defaultdict(lambda: defaultdict(int))
     device = next(model.parameters()).device
     for sample in itr:
-        rows = slice(None) if sentences is None else sample["id"].lt(sentences)
-        if sentences is not None and not rows.any():
-            continue  # batches are grouped by length, so the first N sentences are spread over them
+        rows = slice(None)
+        if sentences is not None:
+            rows = sample["id"].lt(sentences)
+            if not rows.any():
+                continue  # batches are grouped by length, so the first N sentences are spread over them
         net_input = {k: v[rows].to(device) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
         target = sample["target"][rows].to(device)
         logits = model(**net_input)[0]
