@@ -127,9 +127,11 @@ def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, 
 
 def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, timed_sentences=0,
                   device="cpu", fp16=False, threads=None, log=print, max_len=(0.0, 200),
-                  quality_batch_size=None, memory=True, clock=time.perf_counter, jobs=1, hypotheses=None):
+                  quality_batch_size=None, memory=True, clock=time.perf_counter, jobs=1, hypotheses=None,
+                  skipped=()):
     """Run every row; returns the list of result dicts in the rows' order (also written to ``out``).
     ``jobs``: how many such processes decode side by side (:func:`run_benchmark_jobs`), recorded.
+    ``skipped``: the rows left out for want of a model, one line each, named under the table.
     ``hypotheses``: a folder for each row x beam's translations of the quality pass (:func:`save_hypotheses`).
 
     Quality (BLEU over every sentence) comes from one full pass per row x beam x batch size, or,
@@ -260,7 +262,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
             engines[(folder, bs, str(ckpt))] = runner
         del runner
     add_derived_ratios(results, vs_beam5)
-    write_outputs(results, out)
+    write_outputs(results, out, skipped)
     return results
 
 
@@ -340,7 +342,7 @@ def markdown_table(results):
     return tabulate(cells, headers=[h for _, h, _ in cols], tablefmt="pipe", disable_numparse=True, colalign=align)
 
 
-def write_outputs(results, out):
+def write_outputs(results, out, skipped=()):
     out = Path(out)
     with open(out / "results.jsonl", "w") as f:
         for r in results:
@@ -361,8 +363,9 @@ def write_outputs(results, out):
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})
     choices = [f"{r['method']}, batch {r['batch_size']}: {r['drafter_choice']}" for r in results if r.get("drafter_choice")]
-    (out / "results.md").write_text(header + markdown_table(results) + "\n\n" + "".join(f"- {c}\n" for c in choices)
-                                    + ("\n" if choices else "") + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
+    notes = choices + [f"not run: {s}" for s in skipped]
+    (out / "results.md").write_text(header + markdown_table(results) + "\n\n" + "".join(f"- {n}\n" for n in notes)
+                                    + ("\n" if notes else "") + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
     plot(results, out / "speed_vs_bleu.png")
 
 
@@ -393,22 +396,24 @@ def main(argv=None):
     ap.add_argument("--max-len-b", type=int, default=10)
     args = ap.parse_args(argv)
     try:
-        rows = load_rows(args.rows)
-        if args.skip_missing:
-            missing = {r["method"]: missing_checkpoints(r, args.checkpoints, args.data) for r in rows}
-            for method, paths in missing.items():
-                if paths:
-                    print(f"[bench] skipping '{method}': {', '.join(map(str, paths))} not trained yet")
-            rows = [r for r in rows if not missing[r["method"]]]
+        rows, skipped = load_rows(args.rows), []
         if args.only:
             rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
+        if args.skip_missing:
+            missing = {r["method"]: missing_checkpoints(r, args.checkpoints, args.data) for r in rows}
+            skipped = [f"'{method}' ({', '.join(map(str, paths))} not trained yet)"
+                       for method, paths in missing.items() if paths]
+            for line in skipped:
+                print(f"[bench] skipping {line}")
+            rows = [r for r in rows if not missing[r["method"]]]
         from scripts.benchmark_jobs import run_benchmark_jobs  # it runs this module's run_benchmark in each job
 
         results = run_benchmark_jobs(rows, args.data, args.checkpoints, args.out, args.jobs, args.batch_sizes,
                                      args.runs, args.device, args.threads, timed_sentences=args.timed_sentences,
                                      fp16=args.fp16, max_len=(args.max_len_a, args.max_len_b),
                                      quality_batch_size=args.quality_batch_size, memory=not args.no_memory,
-                                     hypotheses=Path(args.out) / "hypotheses" if args.save_hypotheses else None)
+                                     hypotheses=Path(args.out) / "hypotheses" if args.save_hypotheses else None,
+                                     skipped=skipped)
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))

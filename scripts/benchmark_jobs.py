@@ -91,7 +91,7 @@ def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32)
     position = {row["method"]: i for i, row in enumerate(rows)}
     results = sorted((r for part in done for r in part), key=lambda r: position[r["method"]])  # stable
     bench.add_derived_ratios(results, {row["method"] for row in rows if row.get("vs_beam5")})
-    bench.write_outputs(results, out)
+    bench.write_outputs(results, out, kwargs.get("skipped", ()))
     return results
 
 

@@ -577,6 +577,38 @@ def test_ckpt_and_data_placeholders_and_skip_missing_drafters(tmp_path):
     assert bench_rows.missing_checkpoints(row, ckpts, data) == []
 
 
+def test_skip_missing_names_the_rows_left_out_under_the_table(tmp_path, monkeypatch):
+    """A newcomer reads results.md, not the console: a row left out for want of a model is named there,
+    with what is missing; a row --only leaves out is not named (it was not asked for)."""
+    ckpts = tmp_path / "ckpt"
+    (ckpts / "baseline").mkdir(parents=True)
+    (ckpts / "baseline" / "checkpoint_best.pt").write_bytes(b"")
+    rows = [{"method": "fairseq greedy", "model": "baseline", "baseline": True},
+            {"method": "GAD", "model": "baseline", "args": "--drafter nar --drafter-path {CKPT}/gad/checkpoint_best.pt"},
+            {"method": "blockwise", "model": "heads"}]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    seen = {}
+
+    def fake_jobs(rows, data, checkpoints, out, *args, skipped=(), **kwargs):  # the decoding itself is tested above
+        seen.update(rows=[r["method"] for r in rows], skipped=list(skipped))
+        results = [{"method": r["method"], "corpus": "en-de", "beam": 1, "batch_size": 1} for r in rows]
+        benchmark.write_outputs(results, out, skipped)
+        return results
+
+    monkeypatch.setattr(benchmark_jobs, "run_benchmark_jobs", fake_jobs)
+    monkeypatch.setattr(benchmark, "plot", lambda results, path: None)
+    out = tmp_path / "out"
+    out.mkdir()
+    common = ["--rows", str(tmp_path / "rows.json"), "--data", str(tmp_path), "--checkpoints", str(ckpts), "--skip-missing"]
+    benchmark.main(common + ["--out", str(out)])
+    assert seen["rows"] == ["fairseq greedy"]
+    notes = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("- not run: ")]
+    assert notes == [f"- not run: 'GAD' ({ckpts}/gad/checkpoint_best.pt not trained yet)",
+                     f"- not run: 'blockwise' ({ckpts}/heads/checkpoint_best.pt not trained yet)"]
+    benchmark.main(common + ["--out", str(out), "--only", "GAD"])
+    assert seen == {"rows": ["fairseq greedy"], "skipped": [f"'GAD' ({ckpts}/gad/checkpoint_best.pt not trained yet)"]}
+
+
 # ----------------------------------------------------------------------------------------------
 # --jobs: rows split over processes side by side
 # ----------------------------------------------------------------------------------------------
@@ -634,8 +666,11 @@ def two_groups(tiny_corpus, tiny_model, tmp_path):
 def test_jobs_give_one_processs_results_and_files(two_groups, tiny_corpus, tmp_path, capfd):
     rows, _ = two_groups
     kw = dict(batch_sizes=[4], runs=1, timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))  # short: quick
+    kw["skipped"] = ["'GAD' (its drafter not trained yet)"]  # named under the table, by one process or by the merge
     one = benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "one", jobs=1, **kw, **quiet)
     two = benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "two", jobs=2, **kw)
+    for folder in ("one", "two"):
+        assert "- not run: 'GAD' (its drafter not trained yet)" in (tmp_path / folder / "results.md").read_text()
     assert [r["method"] for r in two] == [r["method"] for r in one] == ["greedy A", "greedy B", "engine A", "engine B"]
     assert [r["jobs"] for r in one] == [1] * 4 and [r["jobs"] for r in two] == [2] * 4
     for a, b in zip(one, two):  # the same decodes: only the clock differs
