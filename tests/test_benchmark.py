@@ -584,7 +584,8 @@ def test_skip_missing_names_the_rows_left_out_under_the_table(tmp_path, monkeypa
     (ckpts / "baseline").mkdir(parents=True)
     (ckpts / "baseline" / "checkpoint_best.pt").write_bytes(b"")
     rows = [{"method": "fairseq greedy", "model": "baseline", "baseline": True},
-            {"method": "GAD", "model": "baseline", "args": "--drafter nar --drafter-path {CKPT}/gad/checkpoint_best.pt"},
+            {"method": "GAD", "model": "baseline",
+             "args": "--drafter nar --drafter-path {CKPT}/gad/checkpoint_best.pt"},
             {"method": "blockwise", "model": "heads"}]
     (tmp_path / "rows.json").write_text(json.dumps(rows))
     seen = {}
@@ -599,7 +600,8 @@ def test_skip_missing_names_the_rows_left_out_under_the_table(tmp_path, monkeypa
     monkeypatch.setattr(benchmark, "plot", lambda results, path: None)
     out = tmp_path / "out"
     out.mkdir()
-    common = ["--rows", str(tmp_path / "rows.json"), "--data", str(tmp_path), "--checkpoints", str(ckpts), "--skip-missing"]
+    common = ["--rows", str(tmp_path / "rows.json"), "--data", str(tmp_path), "--checkpoints", str(ckpts),
+              "--skip-missing"]
     benchmark.main(common + ["--out", str(out)])
     assert seen["rows"] == ["fairseq greedy"]
     notes = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("- not run: ")]
