@@ -382,7 +382,8 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="run only rows whose method contains one of these strings")
     ap.add_argument("--quality-batch-size", type=int, default=None,
                     help="compute BLEU once per row at this batch size, one of --batch-sizes (default: at every one)")
-    ap.add_argument("--skip-missing", action="store_true", help="skip rows whose checkpoint is not trained yet")
+    ap.add_argument("--skip-missing", action="store_true",
+                    help="skip rows whose checkpoint (or drafter's) is not there, naming them under the table")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (peak_mem_mb = null)")
     ap.add_argument("--save-hypotheses", action="store_true",
                     help="write each row x beam's translations of the quality pass to OUT/hypotheses/ (orders_report)")
@@ -401,7 +402,7 @@ def main(argv=None):
             rows = [r for r in rows if r.get("baseline") or any(s in r["method"] for s in args.only)]
         if args.skip_missing:
             missing = {r["method"]: missing_checkpoints(r, args.checkpoints, args.data) for r in rows}
-            skipped = [f"'{method}' ({', '.join(map(str, paths))} not trained yet)"
+            skipped = [f"'{method}' (no {', '.join(map(str, paths))})"
                        for method, paths in missing.items() if paths]
             for line in skipped:
                 print(f"[bench] skipping {line}")

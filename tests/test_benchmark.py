@@ -605,10 +605,10 @@ def test_skip_missing_names_the_rows_left_out_under_the_table(tmp_path, monkeypa
     benchmark.main(common + ["--out", str(out)])
     assert seen["rows"] == ["fairseq greedy"]
     notes = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("- not run: ")]
-    assert notes == [f"- not run: 'GAD' ({ckpts}/gad/checkpoint_best.pt not trained yet)",
-                     f"- not run: 'blockwise' ({ckpts}/heads/checkpoint_best.pt not trained yet)"]
+    assert notes == [f"- not run: 'GAD' (no {ckpts}/gad/checkpoint_best.pt)",
+                     f"- not run: 'blockwise' (no {ckpts}/heads/checkpoint_best.pt)"]
     benchmark.main(common + ["--out", str(out), "--only", "GAD"])
-    assert seen == {"rows": ["fairseq greedy"], "skipped": [f"'GAD' ({ckpts}/gad/checkpoint_best.pt not trained yet)"]}
+    assert seen == {"rows": ["fairseq greedy"], "skipped": [f"'GAD' (no {ckpts}/gad/checkpoint_best.pt)"]}
 
 
 # ----------------------------------------------------------------------------------------------
