@@ -26,11 +26,11 @@ def position_precision(hypotheses: Sequence[str], references: Sequence[str], tok
     if len(hypotheses) != len(references):
         raise ValueError(f"precision by position needs one reference per translation: {len(hypotheses)} "
                          f"translations, {len(references)} references")
+    pairs = [(tokenize(hyp).split(), tokenize(ref).split()) for hyp, ref in zip(hypotheses, references)]
     out = {}
     for n in orders:
         matches, totals = [0] * bins, [0] * bins
-        for hyp, ref in zip(hypotheses, references):
-            h, r = tokenize(hyp).split(), tokenize(ref).split()
+        for h, r in pairs:
             allowed = Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
             for i in range(len(h) - n + 1):
                 gram, part = tuple(h[i:i + n]), min(bins - 1, int((i + n / 2) / len(h) * bins))
