@@ -364,10 +364,10 @@ class ReferenceRun:
             self.to_pack.append(m["name"])
 
     def finished_in_store(self, m):
-        """Whether --models-dir holds ``m`` converged, or, without a curve, trained to its updates."""
+        """Whether --models-dir holds ``m`` converged or trained to its --max-update.  One at the cap is not
+        resumed: fairseq-train would run one more update with a fresh optimizer and replace the shipped model."""
         entry = self.store and self.store.entry(m["name"])
-        return bool(entry) and bool(entry.get("converged") or (
-            not m["curve"] and entry["updates"] >= max_update_of(m, self.args)))
+        return bool(entry) and bool(entry.get("converged") or entry["updates"] >= max_update_of(m, self.args))
 
     def collect_scorer(self):
         if self.scorer and self.scorer[1].poll() is not None:

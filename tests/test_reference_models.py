@@ -221,12 +221,14 @@ def test_the_run_skips_converged_models_and_resumes_snapshots_from_the_folder(tm
     curve = {"name": "going", "subset": "valid", "beam": 4, "generate": "",
              "points": [{"updates": 300, "valid_loss": 6.0, "bleu": 3.0, "bp": 1.0}]}
     store.offer(dict(entry("going", 300), curve=curve), tiny_model, data / "en-de")
+    store.offer(dict(entry("capped", 1000), curve=curve), tiny_model, data / "en-de")  # at this run's --max-update
     lst = tmp_path / "list.txt"
-    lst.write_text("done cfg en-de\ngoing cfg en-de\nfresh cfg en-de\n")
+    lst.write_text("done cfg en-de\ngoing cfg en-de\nfresh cfg en-de\ncapped cfg en-de\n")
     started = record_trainings(monkeypatch, lambda m, args, gpu: [sys.executable, "-c", "pass"])
     reference_run.main(["--models", str(lst), "--data", str(data), "--out", str(tmp_path / "out"), "--parallel", "1",
-                        "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference", "none"])
-    assert "done" not in started
+                        "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference", "none",
+                        "--max-update", "1000"])
+    assert "done" not in started and "capped" not in started  # fairseq-train would add an update to "capped"
     assert started["going"][-2:] == ["--restore-file", str(store.checkpoint("going"))]
     assert "--restore-file" not in started["fresh"]
     assert json.loads((tmp_path / "out" / "going" / "curve.json").read_text())["points"] == curve["points"]  # its earlier points count
