@@ -26,8 +26,8 @@
 #    everything models/ ships, and never offered to models/;
 # 6. every model without optimizer state in RUNS/ref/export (the benchmark's --checkpoints).
 # Run it again after an interruption: each step resumes where it stopped.  Logs: RUNS/ref/<name>/.
-# The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there is not
-# trained again, one that converges is packed there at once, and a model with no checkpoint in RUNS
+# The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there (or at its
+# --max-update) is not trained again, one that converges is packed there at once, and a model with no checkpoint in RUNS
 # goes on from its snapshot there.  Before a machine goes away, snapshot what is training:
 #   python -m scripts.reference_run --models configs/reference/convergence_gold.txt --data RUNS/data \
 #       --out RUNS/ref --models-dir models --skip-training --snapshot   (and the same for convergence_kd.txt)

@@ -741,9 +741,9 @@ def main(argv=None):
                          "the model's own curve first did (models without a reference); 'none': no such floor")
     ap.add_argument("--skip-training", action="store_true", help="only score (and watch) the checkpoints there are")
     ap.add_argument("--export", help="write every model's converged (else best) checkpoint, without optimizer state, here")
-    ap.add_argument("--models-dir", help="the reference models' folder (the repository's models/): a model converged there "
-                    "is not trained again, one that is not goes on from there when OUT has no checkpoint of it, and a "
-                    "model that converges is packed there at once")
+    ap.add_argument("--models-dir", help="the reference models' folder (the repository's models/): a model converged "
+                    "there (or at --max-update) is not trained again, one that is not goes on from there when OUT has no "
+                    "checkpoint of it, and a model that converges is packed there at once")
     ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
                     "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
     ap.add_argument("--freeze", nargs=2, metavar=("ROLE", "SOURCE"),
