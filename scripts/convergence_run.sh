@@ -28,7 +28,9 @@
 # Run it again after an interruption: each step resumes where it stopped.  Logs: RUNS/ref/<name>/.
 # The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there (or at its
 # --max-update) is not trained again, one that converges is packed there at once, and a model with no checkpoint in RUNS
-# goes on from its snapshot there.  Before a machine goes away, snapshot what is training:
+# goes on from its snapshot there.  A model in training is packed there again every 2,000 updates past
+# its snapshot (CONVERGENCE_SNAPSHOT_EVERY=N; 0: never), so a lost machine costs at most that much of it.
+# Before a machine goes away, snapshot what is training:
 #   python -m scripts.reference_run --models configs/reference/convergence_gold.txt --data RUNS/data \
 #       --out RUNS/ref --models-dir models --skip-training --snapshot   (and the same for convergence_kd.txt)
 set -euo pipefail
@@ -36,6 +38,7 @@ cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 RUNS [STAGE2_MAX_UPDATE]" >&2; exit 2; }
 mkdir -p "$1"
 runs=$(cd "$1" && pwd) stage2_updates=${2:-30000} parallel=${CONVERGENCE_PARALLEL:-2} models=${MODELS_DIR:-$PWD/models}
+snapshot_every=${CONVERGENCE_SNAPSHOT_EVERY:-2000}
 py=python
 [ -x .venv/bin/python ] && py=.venv/bin/python
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -49,13 +52,13 @@ stage1() {  # PARALLEL [NAME...]: the models of the list to train (default: all)
   shift
   [ $# -eq 0 ] || names=(--names "$@")
   $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-      --models-dir "$models" --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 \
+      --models-dir "$models" --snapshot-every "$snapshot_every" --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 \
       --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
 }
 stage2() {  # PARALLEL [LIST]: the distilled corpus (restored from models/ where it ships, else distilled and
             # shipped there), then LIST's models (default convergence_kd: what models/ ships; another list's
             # models are comparisons, never offered to models/)
-  local ship=(--models-dir "$models")
+  local ship=(--models-dir "$models" --snapshot-every "$snapshot_every")
   [ "${2:-convergence_kd}" = convergence_kd ] || ship=()
   if [ ! -f "$data/en-de-distilled/distill.json" ]; then
     if [ -f "$models/data/en-de-distilled/distill.json" ]; then

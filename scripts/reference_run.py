@@ -312,7 +312,8 @@ class ReferenceRun:
         self.converged = set()
         self.scorer = None  # (name, Job): a curve's scorer, or the packer of a converged model into --models-dir
         self.store = ReferenceModels(args.models_dir) if getattr(args, "models_dir", None) else None
-        self.to_pack = []  # converged (or, without a curve, finished) models not yet packed into --models-dir
+        self.to_pack = []  # models due in --models-dir: converged, finished (without a curve), or a snapshot due
+        self.snapshotted = {}  # name -> the updates of its newest snapshot in --models-dir (--snapshot-every)
         self.by_name = {m["name"]: m for m in models}
         self.waiting = {}  # name -> the checkpoints of this run it trains from that do not exist yet
         self.attempted = {}  # name -> the unscored checkpoints when it was last given to the scorer
@@ -329,6 +330,7 @@ class ReferenceRun:
                 self.collect_trainings()
                 self.collect_scorer()
                 self.watch()
+                self.queue_snapshots()
                 self.start_trainings()
                 self.start_scorer()
                 if not (self.pending or self.trainings or self.scorer or self.to_pack):
@@ -403,6 +405,23 @@ class ReferenceRun:
                 learning_curve.write(self.curve_path(name), curve)
             self.mark_converged(name, curve["converged"]["updates"])
 
+    def queue_snapshots(self):
+        """--snapshot-every N: a model in training goes into --models-dir again once its newest scored point is N
+        updates past its snapshot there, so that a machine lost before the run ends costs at most N updates."""
+        if not (self.store and self.args.snapshot_every):
+            return
+        for name in self.trainings:
+            if not self.by_name[name]["curve"] or name in self.converged or name in self.to_pack:
+                continue
+            points = (learning_curve.read(self.curve_path(name)) or {}).get("points") or []
+            if name not in self.snapshotted:
+                entry = self.store.entry(name)
+                self.snapshotted[name] = entry["updates"] if entry else 0
+            if points and points[-1]["updates"] >= self.snapshotted[name] + self.args.snapshot_every:
+                self.snapshotted[name] = points[-1]["updates"]
+                self.to_pack.append(name)
+                self.log(f"{name}: its snapshot at {points[-1]['updates']} updates goes into {self.store.folder}")
+
     def mark_converged(self, name, updates):
         self.converged.add(name)
         entry = self.store and self.store.entry(name)
@@ -462,7 +481,7 @@ class ReferenceRun:
         return shipped
 
     def start_scorer(self):
-        """Give the scorer the next converged model to pack, else the next model (in turn) with interval
+        """Give the scorer the next model to pack (:attr:`to_pack`), else the next model (in turn) with interval
         checkpoints its curve does not hold."""
         if self.scorer:
             return
@@ -609,9 +628,18 @@ def portable_command(train, args):
     return shlex.join(words)
 
 
+def snapshot_checkpoint(m, out, curve):
+    """What a snapshot of unconverged model ``m`` packs: with a curve, its newest scored interval checkpoint
+    (whole while the training saves the next one, its validation BLEU known), else checkpoint_last.pt."""
+    folder = Path(out) / "checkpoints" / m["name"]
+    scored = {p["updates"] for p in curve["points"]}
+    newest = [ckpt for updates, ckpt in interval_checkpoints(folder) if updates in scored]
+    return newest[-1] if m["curve"] and newest else folder / "checkpoint_last.pt"
+
+
 def offer(m, args):
     """Offer model ``m`` to ``--models-dir``: its converged checkpoint, else (a snapshot before a machine goes
-    away) its newest one, with validation and test BLEU as its curve is decoded; packed if better than
+    away) its newest one (:func:`snapshot_checkpoint`), with validation and test BLEU as its curve is decoded; packed if better than
     the one there (reference_models.better)."""
     import torch
 
@@ -621,8 +649,7 @@ def offer(m, args):
     gpu = cuda_available()
     curve = learning_curve.read(Path(args.out) / m["name"] / "curve.json") or {"points": []}
     converged = curve.get("converged")
-    checkpoint = exported_checkpoint(m, args.out, args.data) if converged else \
-        Path(args.out) / "checkpoints" / m["name"] / "checkpoint_last.pt"
+    checkpoint = exported_checkpoint(m, args.out, args.data) if converged else snapshot_checkpoint(m, args.out, curve)
     if not checkpoint.exists():
         return False
     updates = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["optimizer_history"][-1]["num_updates"]
@@ -746,6 +773,9 @@ def main(argv=None):
                     "checkpoint of it, and a model that converges is packed there at once")
     ap.add_argument("--snapshot", action="store_true", help="at the end, also pack every unconverged model's newest "
                     "checkpoint into --models-dir when it is further along than the one there (before a machine goes away)")
+    ap.add_argument("--snapshot-every", type=int, default=0, metavar="N",
+                    help="while a model trains, pack it into --models-dir each time it is N updates past its snapshot "
+                    "there (0: only at the end, with --snapshot)")
     ap.add_argument("--freeze", nargs=2, metavar=("ROLE", "SOURCE"),
                     help="only copy SOURCE (a checkpoint, or a pin file COMMIT PATH SHA256 of this repository's history) "
                          f"to OUT/checkpoints/ROLE/ unless one is there already; ROLE: {', '.join(ROLES)}")
@@ -764,8 +794,8 @@ def main(argv=None):
         ap.error("--data is required: the data root holding the corpora named in --models")
     if args.curve:
         return curve(args)
-    if args.snapshot and not args.models_dir:
-        ap.error("--snapshot packs into --models-dir: give it")
+    if (args.snapshot or args.snapshot_every) and not args.models_dir:
+        ap.error("--snapshot and --snapshot-every pack into --models-dir: give it")
     if args.pack:
         return offer(read_models(args.models, [args.name])[0], args)
     models = read_models(args.models, args.names)

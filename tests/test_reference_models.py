@@ -263,6 +263,67 @@ def test_a_converged_model_is_packed_with_its_bleu_and_command(tmp_path, tiny_co
         p.name for p in (tiny_corpus / "bin").iterdir() if p.name.startswith(("dict.", "valid.", "test.")))
 
 
+def test_a_model_in_training_goes_into_the_folder_every_n_updates_past_its_snapshot(tmp_path, tiny_model, monkeypatch,
+                                                                                    capsys):
+    """--snapshot-every 1000 with a snapshot at 400 updates there: the points at 1,500 and 2,500 are packed
+    (each 1,000 past the one before), once each, while the training runs; 500, 1,000, 2,000 and 3,000 are not."""
+    data, out, packed = tmp_path / "data", tmp_path / "out", tmp_path / "packed"
+    fake_corpus(data / "en-de")
+    rm.ReferenceModels(tmp_path / "models").offer(entry("m", 400), tiny_model, data / "en-de")
+    lst = tmp_path / "list.txt"
+    lst.write_text("m cfg en-de\n")
+    folder = out / "checkpoints" / "m"
+
+    def command(m, args, gpu):  # saves six interval checkpoints, then trains on until two snapshots are packed
+        return [sys.executable, "-c", f"import pathlib, time; f = pathlib.Path({str(folder)!r}); "
+                "f.mkdir(parents=True, exist_ok=True); [(f / f'checkpoint_1_{u}.pt').write_text('') "
+                f"for u in range(500, 3001, 500)]; p = pathlib.Path({str(packed)!r}); t = time.time()\n"
+                "while time.time() - t < 30 and not (p.exists() and len(p.read_text().split()) >= 2): time.sleep(0.05)"]
+
+    def score_one(self, m):  # the scorer: the next unscored checkpoint, BLEU rising 5 a point (never flat)
+        path = self.curve_path(m["name"])
+        return [sys.executable, "-c", f"import json, pathlib; p = pathlib.Path({str(path)!r}); "
+                "c = json.loads(p.read_text()) if p.exists() else {'points': []}; "
+                "done = {q['updates'] for q in c['points']}; "
+                f"u = min(u for u in range(500, 3001, 500) if u not in done); "
+                "c['points'].append({'updates': u, 'valid_loss': 1.0, 'bleu': u / 100, 'bp': 1.0}); "
+                "t = p.with_suffix('.tmp'); t.write_text(json.dumps(c)); t.replace(p)"]  # atomic, as the scorer's
+
+    record_trainings(monkeypatch, command)
+    monkeypatch.setattr(reference_run.ReferenceRun, "curve_command", score_one)
+    monkeypatch.setattr(reference_run.ReferenceRun, "pack_command", lambda self, name: [
+        sys.executable, "-c", f"open({str(packed)!r}, 'a').write({name!r} + '\\n')"])
+    reference_run.main(["--models", str(lst), "--data", str(data), "--out", str(out), "--parallel", "1",
+                        "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference",
+                        "none", "--max-update", "5000", "--snapshot-every", "1000"])
+    assert packed.read_text() == "m\nm\n"
+    queued = [line.split("its snapshot at ")[1].split()[0] for line in capsys.readouterr().out.splitlines()
+              if "its snapshot at" in line]
+    assert queued == ["1500", "2500"]
+
+
+def test_a_snapshot_packs_the_newest_scored_checkpoint_not_the_one_being_saved(tmp_path, tiny_corpus, tiny_model):
+    """While the training saves checkpoint_last.pt and the next interval checkpoint (unreadable halfway), a
+    snapshot packs the newest checkpoint its curve has scored, with that point's validation BLEU."""
+    out, models = tmp_path / "out", tmp_path / "models"
+    updates = torch.load(tiny_model, map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"]
+    folder = out / "checkpoints" / "m"
+    folder.mkdir(parents=True)
+    (folder / f"checkpoint_1_{updates}.pt").symlink_to(tiny_model)
+    for halfway in (f"checkpoint_1_{updates + 500}.pt", "checkpoint_last.pt"):
+        (folder / halfway).write_bytes(b"PK\x03\x04 half-written")
+    (out / "m").mkdir()
+    (out / "m" / "curve.json").write_text(json.dumps(
+        {"name": "m", "points": [{"updates": updates, "valid_loss": 5.0, "bleu": 1.5, "bp": 1.0}]}))
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"m configs/models/baseline.args {tiny_corpus.name}\n")
+    reference_run.main(["--models", str(lst), "--data", str(tiny_corpus.parent), "--out", str(out), "--models-dir",
+                        str(models), "--name", "m", "--max-update", "5000", "--pack"])
+    shipped = rm.ReferenceModels(models).entry("m")
+    assert shipped["updates"] == updates and shipped["valid_bleu"] == 1.5 and not shipped["converged"]
+    assert shipped["stopped"].startswith(f"not converged: {updates} of at most 5000")
+
+
 def test_a_model_without_a_curve_goes_into_the_folder_when_its_training_ends_and_is_not_trained_again(
         tmp_path, tiny_model, monkeypatch):
     """A drafter or blockwise heads has no BLEU curve to converge on: done at its updates, it is packed at
