@@ -639,8 +639,8 @@ def snapshot_checkpoint(m, out, curve):
 
 def offer(m, args):
     """Offer model ``m`` to ``--models-dir``: its converged checkpoint, else (a snapshot before a machine goes
-    away) its newest one (:func:`snapshot_checkpoint`), with validation and test BLEU as its curve is decoded; packed if better than
-    the one there (reference_models.better)."""
+    away) its newest one (:func:`snapshot_checkpoint`), with validation and test BLEU as its curve is
+    decoded; packed if better than the one there (reference_models.better)."""
     import torch
 
     from fairseq_plugins.evaluation.corpus import Corpus
