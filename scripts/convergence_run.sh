@@ -26,10 +26,11 @@
 #    everything models/ ships, and never offered to models/;
 # 6. every model without optimizer state in RUNS/ref/export (the benchmark's --checkpoints).
 # Run it again after an interruption: each step resumes where it stopped.  Logs: RUNS/ref/<name>/.
-# The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there (or at its
-# --max-update) is not trained again, one that converges is packed there at once, and a model with no checkpoint in RUNS
-# goes on from its snapshot there.  A model in training is packed there again every 2,000 updates past
-# its snapshot (CONVERGENCE_SNAPSHOT_EVERY=N; 0: never), so a lost machine costs at most that much of it.
+# The repository's models/ (MODELS_DIR) is read and written as it goes: a model converged there (or at
+# its --max-update) is not trained again, one that converges is packed there at once, and a model with
+# no checkpoint in RUNS goes on from its snapshot there.  A model in training is packed there again
+# every 2,000 updates past its snapshot (CONVERGENCE_SNAPSHOT_EVERY=N; 0: never), so a lost machine
+# costs at most that much of it.
 # Before a machine goes away, snapshot what is training:
 #   python -m scripts.reference_run --models configs/reference/convergence_gold.txt --data RUNS/data \
 #       --out RUNS/ref --models-dir models --skip-training --snapshot   (and the same for convergence_kd.txt)
@@ -52,8 +53,8 @@ stage1() {  # PARALLEL [NAME...]: the models of the list to train (default: all)
   shift
   [ $# -eq 0 ] || names=(--names "$@")
   $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
-      --models-dir "$models" --snapshot-every "$snapshot_every" --max-update 12000 --interval 500 --parallel "$parallel" --min-points 4 \
-      --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
+      --models-dir "$models" --snapshot-every "$snapshot_every" --max-update 12000 --interval 500 \
+      --parallel "$parallel" --min-points 4 --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
 }
 stage2() {  # PARALLEL [LIST]: the distilled corpus (restored from models/ where it ships, else distilled and
             # shipped there), then LIST's models (default convergence_kd: what models/ ships; another list's

@@ -15,8 +15,13 @@ def anchor(heading):
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def prose(path):
+    """The Markdown of ``path`` without its fenced code blocks (whose '# comment' lines are not headings)."""
+    return re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+
+
 def anchors(path):
-    return {anchor(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", path.read_text(), re.M)}
+    return {anchor(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", prose(path), re.M)}
 
 
 DOCS = sorted(REPO / p for p in subprocess.run(["git", "ls-files", "*.md"], cwd=REPO, capture_output=True,
@@ -30,10 +35,16 @@ def test_anchors_follow_githubs_rule():
     assert anchor("4. Measurement protocol (`scripts/benchmark.py`)") == "4-measurement-protocol-scriptsbenchmarkpy"
 
 
+def test_a_code_blocks_comment_is_not_a_heading(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Title\n\n```bash\n# (a) the demo\nbash scripts/demo.sh\n```\n\n## Usage\n")
+    assert anchors(doc) == {"title", "usage"}
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_resolves(doc):
     broken = []
-    for target, fragment in LINK.findall(doc.read_text()):
+    for target, fragment in LINK.findall(prose(doc)):
         if re.match(r"[a-z]+:", target):
             continue  # http(s), mailto: not checked offline
         path = (doc.parent / target).resolve() if target else doc

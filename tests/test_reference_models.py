@@ -285,7 +285,7 @@ def test_a_model_in_training_goes_into_the_folder_every_n_updates_past_its_snaps
         return [sys.executable, "-c", f"import json, pathlib; p = pathlib.Path({str(path)!r}); "
                 "c = json.loads(p.read_text()) if p.exists() else {'points': []}; "
                 "done = {q['updates'] for q in c['points']}; "
-                f"u = min(u for u in range(500, 3001, 500) if u not in done); "
+                "u = min(u for u in range(500, 3001, 500) if u not in done); "
                 "c['points'].append({'updates': u, 'valid_loss': 1.0, 'bleu': u / 100, 'bp': 1.0}); "
                 "t = p.with_suffix('.tmp'); t.write_text(json.dumps(c)); t.replace(p)"]  # atomic, as the scorer's
 
