@@ -3,9 +3,9 @@ import pytest
 import torch
 from fairseq import tasks
 
-from _reorder_utils import parse_train_args
+from _reorder_utils import build, parse_train_args
 from fairseq_plugins.analysis.order_errors import count_errors
-from fairseq_plugins.analysis.slot_accuracy import slot_accuracy
+from fairseq_plugins.analysis.slot_accuracy import later_slots_hidden, slot_accuracy
 from fairseq_plugins.orders import get_order
 
 
@@ -88,6 +88,54 @@ def test_slot_accuracy_separates_the_slots_of_a_step(tiny_corpus):
     assert result["by_direction"] == {0: 1.0, 1: 0.0}  # head-tail: slot 0 is the left-to-right one
     assert result["first_step"] == pytest.approx(0.5)
     assert 0.45 < result["accuracy"] < 0.55
+
+
+@pytest.mark.parametrize("order,h", [("interleave", 2), ("l2r", 1)])
+def test_hiding_later_slots_cuts_the_first_words_off_the_word_before_them_and_nothing_else(tmp_path, order, h):
+    _, model, _ = build(tmp_path, order, h if order != "l2r" else None, c=2)
+    z = 2 * h  # step 1 holds slots z..2z-1; its first words are slots z..z+h-1, its later ones z+h..2z-1
+    src = torch.randint(4, 40, (2, 5))
+    prev = torch.randint(4, 40, (2, 3 * z))
+    changed = prev.clone()
+    changed[:, z + h:2 * z] = torch.randint(4, 40, (2, z - h))  # the inputs of step 1's later slots
+
+    def logits(tokens):
+        return model(src, torch.tensor([5, 5]), tokens)[0]
+
+    with torch.no_grad():
+        full_before, full_after = logits(prev), logits(changed)
+        with later_slots_hidden(model):
+            hidden_before, hidden_after = logits(prev), logits(changed)
+    first, later, next_first = slice(z, z + h), slice(z + h, 2 * z), slice(2 * z, 2 * z + h)
+    assert not torch.allclose(full_before[:, first], full_after[:, first])  # M(h,c) lets them see those inputs
+    assert torch.allclose(hidden_before[:, first], hidden_after[:, first], atol=1e-6)  # hidden: they do not
+    assert not torch.allclose(hidden_before[:, later], hidden_after[:, later])  # the later slots see their inputs
+    assert not torch.allclose(hidden_before[:, next_first], hidden_after[:, next_first])  # a later step sees step 1
+    assert "buffered_future_mask" not in vars(model.decoder)  # the model's own mask is back
+    with torch.no_grad():
+        assert torch.equal(logits(prev), full_before)
+
+
+def test_slot_accuracy_hides_later_slots_while_it_reads_and_needs_two_words_a_direction(tiny_corpus, tmp_path):
+    args = parse_train_args(tiny_corpus / "bin", ["--arch", "reordered_transformer_tiny", "--target-order",
+                                                  "interleave", "--tokens-per-direction", "2", "-s", "en", "-t", "de"])
+    task = tasks.setup_task(args)
+    model = task.build_model(args).eval()
+    seen, forward = [], model.forward
+
+    def spy(*a, **k):
+        seen.append("buffered_future_mask" in vars(model.decoder))
+        return forward(*a, **k)
+
+    model.forward = spy
+    slot_accuracy(task, model, "valid", hide_later_slots=True)
+    assert seen and all(seen) and "buffered_future_mask" not in vars(model.decoder)
+    seen.clear()
+    slot_accuracy(task, model, "valid")
+    assert seen and not any(seen)
+    _, plain, _ = build(tmp_path, "interleave", 2, c=1)  # IBDecoder: every slot is its direction's first word
+    with pytest.raises(ValueError, match="tokens-per-direction 2"):
+        slot_accuracy(task, plain, "valid", hide_later_slots=True)
 
 
 class _RightOnFirst(_Oracle):

@@ -14,8 +14,15 @@ slot is compared with the target, grouped three ways:
 End markers (EOS padding of the reordered target) count like tokens, as the criterion scores them.
 ``sentences=N`` reads only the first N sentences of the split (by id, as the corpus lists them): a
 sample of a large split, such as how well a model fits its own training sentences.
+
+``hide_later_slots=True`` (orders with c > 1 words per direction a step, IBDecoder+SA): the first word
+of each direction in a step no longer sees the inputs of the step's later slots.  Under M(h,c) (Eq. 4,
+inputs shifted by z) the word just before the first one is such an input, so the drop in the first
+slots' accuracy is how much they use it.  Only the first slots' rates measure that: the later slots keep
+their mask but read the first slots' states, which change.
 """
 from collections import defaultdict
+from contextlib import contextmanager
 from typing import Dict, Optional
 
 import torch
@@ -27,13 +34,47 @@ def _rates(hits: Dict, totals: Dict) -> Dict:
     return {k: hits[k] / totals[k] for k in sorted(totals) if totals[k]}
 
 
+def later_slot_keys(order, length: int) -> torch.Tensor:
+    """Boolean ``(length, length)``: query slot i may not see key slot j, where both are of one step, i holds
+    the first word of its direction (a fold alternates L, R, so a segment's first two slots) and j a later word."""
+    t = torch.arange(length, device="cpu")
+    first = (t % order.z) % order.width < (2 if order.bidirectional else 1)
+    step = torch.div(t, order.z, rounding_mode="floor")
+    return (step[:, None] == step[None, :]) & first[:, None] & ~first[None, :]
+
+
+@contextmanager
+def later_slots_hidden(model):
+    """Within the block: ``model``'s training forward uses M(h,c) with :func:`later_slot_keys` masked out."""
+    order = getattr(model, "generation_order", None)
+    if order is None or order.c < 2:
+        raise ValueError("hiding a step's later slots needs an order with more than one word per direction a step "
+                         "(IBDecoder+SA, --tokens-per-direction 2); with one, every slot is its direction's first word")
+    decoder = model.decoder
+    full = decoder.buffered_future_mask
+
+    def masked(tensor):
+        mask = full(tensor)
+        return mask.masked_fill(later_slot_keys(order, mask.size(0)).to(mask.device), float("-inf"))
+
+    decoder.buffered_future_mask = masked
+    try:
+        yield
+    finally:
+        del decoder.buffered_future_mask  # the class's method again
+
+
 @torch.no_grad()
-def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096, sentences: Optional[int] = None) -> Dict:
+def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096, sentences: Optional[int] = None,
+                  hide_later_slots: bool = False) -> Dict:
     """Teacher-forced accuracy of ``model`` on ``subset`` of ``task`` (a ``fast_translation`` task set
     up with the model's order flags, so its batches carry the reordered target); ``sentences``: only
-    the first that many of the split, by id."""
+    the first that many of the split, by id; ``hide_later_slots``: see the module's docstring."""
     if sentences is not None and sentences < 1:
         raise ValueError(f"sentences must be at least 1 (got {sentences}); leave it out to read the whole split")
+    if hide_later_slots:
+        with later_slots_hidden(model):
+            return slot_accuracy(task, model, subset, max_tokens, sentences)
     order = getattr(model, "generation_order", None) or get_order("l2r")
     if task.datasets.get(subset) is None:
         task.load_dataset(subset)
@@ -70,7 +111,8 @@ def slot_accuracy(task, model, subset: str = "valid", max_tokens: int = 4096, se
             "first_step": step.get(0), "later_steps": step.get(1)}
 
 
-def checkpoint_slot_accuracy(path, data_bin, subset: str = "valid", cpu: bool = True, sentences: Optional[int] = None):
+def checkpoint_slot_accuracy(path, data_bin, subset: str = "valid", cpu: bool = True, sentences: Optional[int] = None,
+                             hide_later_slots: bool = False):
     """(updates or None, :func:`slot_accuracy`) of the fairseq checkpoint at ``path`` on ``data_bin``'s
     ``subset`` (its first ``sentences``, or all), the task set up from the checkpoint's own config (its
     order flags); ``cpu=False``: on the GPU when there is one."""
@@ -83,5 +125,6 @@ def checkpoint_slot_accuracy(path, data_bin, subset: str = "valid", cpu: bool = 
     if not cpu and torch.cuda.is_available():
         model = model.cuda()
     history = state.get("optimizer_history") or [{}]
-    return history[-1].get("num_updates"), slot_accuracy(task, model, subset, sentences=sentences)
+    return history[-1].get("num_updates"), slot_accuracy(task, model, subset, sentences=sentences,
+                                                         hide_later_slots=hide_later_slots)
 
