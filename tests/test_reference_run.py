@@ -323,6 +323,46 @@ def test_freeze_copies_a_checkpoint_once_and_needs_no_data(tmp_path, tiny_model,
     assert "--data is required" in capsys.readouterr().err
 
 
+def test_on_a_new_machine_the_orders_floor_comes_from_the_shipped_reference_curve(tmp_path):
+    """The run folder is new, so it has no curve of L2R-KD, which converged on another machine and ships in
+    models/ with its curve: the orders' floor is read from there, and an order whose curve meets the rule at
+    it is stopped and packed (before, it found no floor and trained on to --max-update)."""
+    import json
+
+    from fairseq_plugins.evaluation import learning_curve
+
+    out, store = tmp_path / "out", tmp_path / "models"
+    store.mkdir()
+    reference = [{"updates": 100 * i, "bleu": b} for i, b in enumerate([10.0, 20.0, 30.0, 35.0, 35.1], 1)]
+    (store / "MANIFEST.json").write_text(json.dumps({"models": {"l2r_kd": {
+        "name": "l2r_kd", "updates": 500, "converged": {"updates": 500}, "curve": {"points": reference}}}}))
+    models = [{"name": "l2r_kd", "curve": True, "update_scale": 1.0},
+              {"name": "ibdecoder", "curve": True, "update_scale": 1.0}]
+    floor = learning_curve.min_updates(reference, 5, 0.3)
+    order = [{"updates": 500 * i, "bleu": b} for i, b in enumerate([30.0, 33.0, 34.0, 34.5, 34.6], 1)]
+    assert order[-1]["updates"] >= floor
+    (out / "ibdecoder").mkdir(parents=True)
+    learning_curve.write(out / "ibdecoder" / "curve.json", {"points": order})
+
+    def run_with(models_dir):
+        args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=True, parallel=1,
+                                                flatten_reference="l2r_kd", max_update=30000, min_points=5,
+                                                tolerance=0.3, models_dir=models_dir)
+        run = reference_run.ReferenceRun(models, args, gpu=False)
+        run.log = lambda line: None
+        return run
+
+    without = run_with(None)
+    assert without.reference_floor() is None
+    without.watch()
+    assert "ibdecoder" not in without.converged
+    run = run_with(str(store))
+    assert run.reference_floor() == floor
+    run.watch()
+    assert "ibdecoder" in run.converged and run.to_pack == ["ibdecoder"]
+    assert learning_curve.read(out / "ibdecoder" / "curve.json")["converged"]["min_updates"] == floor
+
+
 def test_a_model_whose_frozen_role_is_missing_waits_for_a_later_run(tmp_path, capsys):
     """The drafters of stage 2 train for the verifier frozen after stage 1: run beside stage 1 they are
     not started (and not failed) until it exists."""
