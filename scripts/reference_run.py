@@ -406,21 +406,25 @@ class ReferenceRun:
             self.mark_converged(name, curve["converged"]["updates"])
 
     def queue_snapshots(self):
-        """--snapshot-every N: a model in training goes into --models-dir again once its newest scored point is N
-        updates past its snapshot there, so that a machine lost before the run ends costs at most N updates."""
+        """--snapshot-every N: a model in training goes into --models-dir again once its newest scored point (without
+        a curve: its newest interval checkpoint) is N updates past its snapshot there, so that a machine lost before
+        the run ends costs at most N updates."""
         if not (self.store and self.args.snapshot_every):
             return
         for name in self.trainings:
-            if not self.by_name[name]["curve"] or name in self.converged or name in self.to_pack:
+            if name in self.converged or name in self.to_pack:
                 continue
-            points = (learning_curve.read(self.curve_path(name)) or {}).get("points") or []
+            if self.by_name[name]["curve"]:  # its newest scored point
+                newest = [p["updates"] for p in (learning_curve.read(self.curve_path(name)) or {}).get("points") or []]
+            else:  # a drafter or blockwise heads: its newest interval checkpoint (fairseq writes them whole)
+                newest = [u for u, _ in interval_checkpoints(self.out / "checkpoints" / name)]
             if name not in self.snapshotted:
                 entry = self.store.entry(name)
                 self.snapshotted[name] = entry["updates"] if entry else 0
-            if points and points[-1]["updates"] >= self.snapshotted[name] + self.args.snapshot_every:
-                self.snapshotted[name] = points[-1]["updates"]
+            if newest and newest[-1] >= self.snapshotted[name] + self.args.snapshot_every:
+                self.snapshotted[name] = newest[-1]
                 self.to_pack.append(name)
-                self.log(f"{name}: its snapshot at {points[-1]['updates']} updates goes into {self.store.folder}")
+                self.log(f"{name}: its snapshot at {newest[-1]} updates goes into {self.store.folder}")
 
     def mark_converged(self, name, updates):
         self.converged.add(name)
@@ -636,11 +640,25 @@ def portable_command(train, args):
 
 def snapshot_checkpoint(m, out, curve):
     """What a snapshot of unconverged model ``m`` packs: with a curve, its newest scored interval checkpoint
-    (whole while the training saves the next one, its validation BLEU known), else checkpoint_last.pt."""
+    (whole while the training saves the next one, its validation BLEU known); without one (a drafter, blockwise
+    heads), checkpoint_last.pt where it is readable and no older than the newest interval checkpoint, which
+    fairseq writes whole (a temporary file renamed) before it copies it to checkpoint_last.pt."""
     folder = Path(out) / "checkpoints" / m["name"]
-    scored = {p["updates"] for p in curve["points"]}
-    newest = [ckpt for updates, ckpt in interval_checkpoints(folder) if updates in scored]
-    return newest[-1] if m["curve"] and newest else folder / "checkpoint_last.pt"
+    last, intervals = folder / "checkpoint_last.pt", interval_checkpoints(folder)
+    if m["curve"]:
+        scored = {p["updates"] for p in curve["points"]}
+        newest = [ckpt for updates, ckpt in intervals if updates in scored]
+        return newest[-1] if newest else last
+    if not intervals or (last.exists() and readable(last) and checkpoint_updates(last) >= intervals[-1][0]):
+        return last
+    return intervals[-1][1]
+
+
+def checkpoint_updates(checkpoint):
+    """The updates a fairseq checkpoint was saved at (memory-mapped: the tensors are not read)."""
+    import torch
+
+    return torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["optimizer_history"][-1]["num_updates"]
 
 
 def offer(m, args):
@@ -658,7 +676,7 @@ def offer(m, args):
     checkpoint = exported_checkpoint(m, args.out, args.data) if converged else snapshot_checkpoint(m, args.out, curve)
     if not checkpoint.exists():
         return False
-    updates = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["optimizer_history"][-1]["num_updates"]
+    updates = checkpoint_updates(checkpoint)
     max_update = max_update_of(m, args)
     if converged:
         floor = f", the last at >= {converged['min_updates']} updates" if converged["min_updates"] else ""

@@ -302,6 +302,56 @@ def test_a_model_in_training_goes_into_the_folder_every_n_updates_past_its_snaps
     assert queued == ["1500", "2500"]
 
 
+def test_a_model_without_a_curve_is_snapshotted_from_its_interval_checkpoints_while_it_trains(tmp_path, tiny_model,
+                                                                                           monkeypatch, capsys):
+    """A drafter has no curve to count updates by: with a snapshot at 400 updates and --snapshot-every 1000, its
+    interval checkpoints up to 1,500 queue one snapshot, those up to 3,000 another, and the end of its training
+    packs it once more (done at its updates)."""
+    data, out, packed = tmp_path / "data", tmp_path / "out", tmp_path / "packed"
+    fake_corpus(data / "en-de")
+    rm.ReferenceModels(tmp_path / "models").offer(entry("drafter", 400), tiny_model, data / "en-de")
+    lst = tmp_path / "list.txt"
+    lst.write_text("drafter cfg en-de curve=no\n")
+    folder = out / "checkpoints" / "drafter"
+
+    def command(m, args, gpu):  # saves interval checkpoints to 1,500, waits for a pack, then to 3,000
+        return [sys.executable, "-c", f"import pathlib, time; f = pathlib.Path({str(folder)!r}); "
+                f"p = pathlib.Path({str(packed)!r}); f.mkdir(parents=True, exist_ok=True)\n"
+                "def wait(n):\n t = time.time()\n"
+                " while time.time() - t < 30 and not (p.exists() and len(p.read_text().split()) >= n): time.sleep(0.05)\n"
+                "[(f / f'checkpoint_1_{u}.pt').write_text('') for u in range(500, 1501, 500)]; wait(1)\n"
+                "[(f / f'checkpoint_1_{u}.pt').write_text('') for u in range(2000, 3001, 500)]; wait(2)"]
+
+    record_trainings(monkeypatch, command)
+    monkeypatch.setattr(reference_run.ReferenceRun, "pack_command", lambda self, name: [
+        sys.executable, "-c", f"open({str(packed)!r}, 'a').write({name!r} + '\\n')"])
+    reference_run.main(["--models", str(lst), "--data", str(data), "--out", str(out), "--parallel", "1",
+                        "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference",
+                        "none", "--max-update", "5000", "--snapshot-every", "1000"])
+    queued = [line.split("its snapshot at ")[1].split()[0] for line in capsys.readouterr().out.splitlines()
+              if "its snapshot at" in line]
+    assert queued == ["1500", "3000"]
+    assert packed.read_text() == "drafter\n" * 3
+
+
+def test_a_snapshot_without_a_curve_packs_the_newest_whole_checkpoint(tmp_path, tiny_model):
+    """checkpoint_last.pt while fairseq copies it there is unreadable: the interval checkpoint it copies from
+    is packed; once whole (the end of a training past the last interval) it is packed, not an older one."""
+    updates = torch.load(tiny_model, map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"]
+    m = {"name": "drafter", "curve": False}
+    folder = tmp_path / "checkpoints" / "drafter"
+    folder.mkdir(parents=True)
+    (folder / f"checkpoint_1_{updates}.pt").symlink_to(tiny_model)
+    last = folder / "checkpoint_last.pt"
+    last.write_bytes(b"PK\x03\x04 half-written")
+    assert reference_run.snapshot_checkpoint(m, tmp_path, {"points": []}) == folder / f"checkpoint_1_{updates}.pt"
+    last.unlink()
+    last.symlink_to(tiny_model)
+    assert reference_run.snapshot_checkpoint(m, tmp_path, {"points": []}) == last
+    (folder / f"checkpoint_1_{updates + 500}.pt").symlink_to(tiny_model)  # named newer than the last one's updates
+    assert reference_run.snapshot_checkpoint(m, tmp_path, {"points": []}) == folder / f"checkpoint_1_{updates + 500}.pt"
+
+
 def test_a_snapshot_packs_the_newest_scored_checkpoint_not_the_one_being_saved(tmp_path, tiny_corpus, tiny_model):
     """While the training saves checkpoint_last.pt and the next interval checkpoint (unreadable halfway), a
     snapshot packs the newest checkpoint its curve has scored, with that point's validation BLEU."""
