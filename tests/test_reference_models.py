@@ -263,16 +263,22 @@ def test_a_converged_model_is_packed_with_its_bleu_and_command(tmp_path, tiny_co
         p.name for p in (tiny_corpus / "bin").iterdir() if p.name.startswith(("dict.", "valid.", "test.")))
 
 
+def snapshot_run_folders(tmp_path, tiny_model, line):
+    """(data, out, packed, list, checkpoints folder) of a run of the one model ``line`` names, whose snapshot at
+    400 updates is in tmp_path/models; ``packed`` is where a faked packer writes the names it packs."""
+    data, out, name = tmp_path / "data", tmp_path / "out", line.split()[0]
+    fake_corpus(data / "en-de")
+    rm.ReferenceModels(tmp_path / "models").offer(entry(name, 400), tiny_model, data / "en-de")
+    lst = tmp_path / "list.txt"
+    lst.write_text(line + "\n")
+    return data, out, tmp_path / "packed", lst, out / "checkpoints" / name
+
+
 def test_a_model_in_training_goes_into_the_folder_every_n_updates_past_its_snapshot(tmp_path, tiny_model, monkeypatch,
                                                                                     capsys):
     """--snapshot-every 1000 with a snapshot at 400 updates there: the points at 1,500 and 2,500 are packed
     (each 1,000 past the one before), once each, while the training runs; 500, 1,000, 2,000 and 3,000 are not."""
-    data, out, packed = tmp_path / "data", tmp_path / "out", tmp_path / "packed"
-    fake_corpus(data / "en-de")
-    rm.ReferenceModels(tmp_path / "models").offer(entry("m", 400), tiny_model, data / "en-de")
-    lst = tmp_path / "list.txt"
-    lst.write_text("m cfg en-de\n")
-    folder = out / "checkpoints" / "m"
+    data, out, packed, lst, folder = snapshot_run_folders(tmp_path, tiny_model, "m cfg en-de")
 
     def command(m, args, gpu):  # saves six interval checkpoints, then trains on until two snapshots are packed
         return [sys.executable, "-c", f"import pathlib, time; f = pathlib.Path({str(folder)!r}); "
@@ -307,12 +313,7 @@ def test_a_model_without_a_curve_is_snapshotted_from_its_interval_checkpoints_wh
     """A drafter has no curve to count updates by: with a snapshot at 400 updates and --snapshot-every 1000, its
     interval checkpoints up to 1,500 queue one snapshot, those up to 3,000 another, and the end of its training
     packs it once more (done at its updates)."""
-    data, out, packed = tmp_path / "data", tmp_path / "out", tmp_path / "packed"
-    fake_corpus(data / "en-de")
-    rm.ReferenceModels(tmp_path / "models").offer(entry("drafter", 400), tiny_model, data / "en-de")
-    lst = tmp_path / "list.txt"
-    lst.write_text("drafter cfg en-de curve=no\n")
-    folder = out / "checkpoints" / "drafter"
+    data, out, packed, lst, folder = snapshot_run_folders(tmp_path, tiny_model, "drafter cfg en-de curve=no")
 
     def command(m, args, gpu):  # saves interval checkpoints to 1,500, waits for a pack, then to 3,000
         return [sys.executable, "-c", f"import pathlib, time; f = pathlib.Path({str(folder)!r}); "
