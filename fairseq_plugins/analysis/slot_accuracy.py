@@ -36,11 +36,14 @@ def _rates(hits: Dict, totals: Dict) -> Dict:
 
 def later_slot_keys(order, length: int) -> torch.Tensor:
     """Boolean ``(length, length)``: query slot i may not see key slot j, where both are of one step, i holds
-    the first word of its direction (a fold alternates L, R, so a segment's first two slots) and j a later word."""
+    the first word of its direction (no earlier slot of the step has its direction: the order says which
+    slot is which, ``directions_at``) and j a later word."""
     t = torch.arange(length, device="cpu")
-    first = (t % order.z) % order.width < (2 if order.bidirectional else 1)
     step = torch.div(t, order.z, rounding_mode="floor")
-    return (step[:, None] == step[None, :]) & first[:, None] & ~first[None, :]
+    direction = order.directions_at(t)
+    same_step = step[:, None] == step[None, :]
+    first = ~(same_step & (direction[:, None] == direction[None, :]) & (t[None, :] < t[:, None])).any(dim=1)
+    return same_step & first[:, None] & ~first[None, :]
 
 
 @contextmanager
