@@ -2,7 +2,8 @@
 # The convergence run of docs/RESULTS.md ("Convergence run") in one resumable command, for the
 # background of a CPU machine (two trainings at a time, one thread each) or a GPU one:
 #   bash scripts/convergence_run.sh RUNS [STAGE2_MAX_UPDATE]
-# CONVERGENCE_PARALLEL=N trains N models at a time (default 2; 1 leaves a core free for other work).
+# CONVERGENCE_PARALLEL=N trains N models at a time (default 2; 1 leaves a core free for other work), each with
+# CONVERGENCE_THREADS threads (default 1; 2 where one model trains alone on 2 cores: about twice as fast).
 # Orders first: the teacher pinned in configs/reference/teacher.txt (a baseline snapshot in this
 # repository's history), or CONVERGENCE_TEACHER=CKPT, is frozen as the teacher, and stages 1 and 2 then
 # run side by side, sharing the N training slots of RUNS/ref (a slot stage 1 frees goes to the next
@@ -38,7 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 RUNS [STAGE2_MAX_UPDATE]" >&2; exit 2; }
 mkdir -p "$1"
-runs=$(cd "$1" && pwd) stage2_updates=${2:-30000} parallel=${CONVERGENCE_PARALLEL:-2} models=${MODELS_DIR:-$PWD/models}
+runs=$(cd "$1" && pwd) stage2_updates=${2:-30000} parallel=${CONVERGENCE_PARALLEL:-2} threads=${CONVERGENCE_THREADS:-1} models=${MODELS_DIR:-$PWD/models}
 snapshot_every=${CONVERGENCE_SNAPSHOT_EVERY:-2000}
 py=python
 [ -x .venv/bin/python ] && py=.venv/bin/python
@@ -54,7 +55,7 @@ stage1() {  # PARALLEL [NAME...]: the models of the list to train (default: all)
   [ $# -eq 0 ] || names=(--names "$@")
   $py -m scripts.reference_run --models configs/reference/convergence_gold.txt --data "$data" --out "$ref" \
       --models-dir "$models" --snapshot-every "$snapshot_every" --max-update 12000 --interval 500 \
-      --parallel "$parallel" --min-points 4 --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
+      --parallel "$parallel" --threads "$threads" --min-points 4 --flatten-reference self --snapshot "${names[@]}"  # a model stopped at the cap goes into models/ too: the verifier is the one shipped
 }
 stage2() {  # PARALLEL [LIST]: the distilled corpus (restored from models/ where it ships, else distilled and
             # shipped there), then LIST's models (default convergence_kd: what models/ ships; another list's
@@ -70,7 +71,7 @@ stage2() {  # PARALLEL [LIST]: the distilled corpus (restored from models/ where
     fi
   fi
   $py -m scripts.reference_run --models "configs/reference/${2:-convergence_kd}.txt" --data "$data" --out "$ref" \
-      "${ship[@]}" --max-update "$stage2_updates" --interval 500 --parallel "$1"
+      "${ship[@]}" --max-update "$stage2_updates" --interval 500 --parallel "$1" --threads "$threads"
 }
 # the baseline's roles in stage 2 ({CKPT}/teacher/, {CKPT}/verifier/ in convergence_kd.txt), each copied
 # once and never replaced: the distilled corpus, the warm starts and the drafters see the same weights

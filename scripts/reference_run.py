@@ -303,7 +303,7 @@ class ReferenceRun:
 
     def __init__(self, models, args, gpu):
         self.models, self.args, self.gpu, self.out = models, args, gpu, Path(args.out)
-        self.env = job_env(REPO)
+        self.env = job_env(REPO)  # the curve scorer's and the packer's: one thread beside the trainings
         self.pending = [] if args.skip_training else list(models)  # trainings not started yet
         self.trainings = {}  # name -> Job
         self._slots = None  # the training slots, shared with runs beside this one (made when a training starts)
@@ -469,7 +469,7 @@ class ReferenceRun:
             self.slot_wait_logged = False
             restore = restore_file(self.out / "checkpoints" / m["name"]) or self.shipped_start(m)
             self.trainings[m["name"]] = Job(m["name"], cmd + (["--restore-file", str(restore)] if restore else []),
-                                            self.out / m["name"] / "train.log", self.env)
+                                            self.out / m["name"] / "train.log", job_env(REPO, self.args.threads))
             self.log(f"started {m['name']}")
 
     def shipped_start(self, m):
@@ -780,6 +780,8 @@ def main(argv=None):
     ap.add_argument("--interval", type=int, default=500, help="save, validate and score every N updates")
     ap.add_argument("--parallel", type=int, default=2, help="trainings at once (2 on a 2-core CPU machine), "
                     "between this run and any run beside it with the same --out")
+    ap.add_argument("--threads", type=int, default=1, help="threads of each training (--parallel x --threads at most "
+                    "the cores: 2 for a training that has a 2-core machine to itself, about twice as fast)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--curve-subset", default="valid")
     ap.add_argument("--curve-beam", type=int, default=4, help="the curves' beam (a list line's beam= overrides it)")
@@ -820,6 +822,8 @@ def main(argv=None):
         return curve(args)
     if (args.snapshot or args.snapshot_every) and not args.models_dir:
         ap.error("--snapshot and --snapshot-every pack into --models-dir: give it")
+    if args.threads < 1:
+        ap.error(f"--threads must be at least 1, not {args.threads}")
     if args.pack:
         return offer(read_models(args.models, [args.name])[0], args)
     models = read_models(args.models, args.names)

@@ -201,12 +201,28 @@ def test_watch_stops_a_converged_training_and_does_not_restart_it(tmp_path, monk
     assert (out / "r2l" / "pid").exists()
 
 
+def test_threads_reach_each_training(tmp_path, monkeypatch):
+    """--threads 2 (one training alone on 2 cores) sets the training's OpenMP and MKL threads; 0 is refused."""
+    out = tmp_path / "out"
+    lst = tmp_path / "list.txt"
+    lst.write_text("typo cfg kd\n")
+    note = "import os, pathlib; pathlib.Path({!r}).write_text(os.environ['OMP_NUM_THREADS'] + os.environ['MKL_NUM_THREADS'])"
+    monkeypatch.setattr(reference_run, "train_command",
+                        lambda m, args, gpu: [sys.executable, "-c", note.format(str(tmp_path / "train_threads"))])
+    argv = ["--models", str(lst), "--data", str(tmp_path), "--out", str(out), "--parallel", "1", "--poll-seconds", "0.1",
+            "--flatten-reference", "none"]
+    reference_run.main(argv + ["--threads", "2"])
+    assert (tmp_path / "train_threads").read_text() == "22"
+    with pytest.raises(SystemExit):
+        reference_run.main(argv + ["--threads", "0"])
+
+
 def test_trainings_die_with_the_command(tmp_path, monkeypatch):
     """The finally: of the run stops every training it started (here: the command interrupted)."""
     out = tmp_path / "out"
     monkeypatch.setattr(reference_run, "train_command",
                         lambda m, args, gpu: [sys.executable, "-c", "import time; time.sleep(60)"])
-    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2,
+    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
                                             flatten_reference="l2r_kd", min_points=5, tolerance=0.3, poll_seconds=0.1)
     run = reference_run.ReferenceRun([{"name": "a", "curve": True}, {"name": "b", "curve": True}], args, gpu=False)
     groups = []
@@ -416,7 +432,7 @@ def test_runs_side_by_side_share_the_training_slots(tmp_path, monkeypatch):
     out = tmp_path / "out"
     monkeypatch.setattr(reference_run, "train_command",
                         lambda m, args, gpu: [sys.executable, "-c", "import time; time.sleep(60)"])
-    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2,
+    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
                                             flatten_reference="none", max_update=10, models_dir=None)
     other = TrainingSlots(out / "slots", 2)  # the run beside this one trains a model
     assert other.take("baseline")
@@ -447,7 +463,7 @@ def test_the_floor_warning_names_only_models_the_rule_judges(tmp_path):
     from fairseq_plugins.evaluation import learning_curve
 
     out = tmp_path / "out"
-    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2,
+    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
                                             flatten_reference="l2r_kd", max_update=1000, min_points=5, tolerance=0.3)
     models = [{"name": "l2r_kd", "curve": True, "update_scale": 1.0},
               {"name": "ibdecoder", "curve": True, "update_scale": 1.0},

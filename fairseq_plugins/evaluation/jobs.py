@@ -20,10 +20,11 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def job_env(repo):
-    """The environment of a job: the repository importable, one thread per process (2 shared cores)."""
+def job_env(repo, threads=1):
+    """The environment of a job: the repository importable, ``threads`` threads per process (default one: 2 shared
+    cores, two jobs; a training alone on them runs about twice as fast with 2)."""
     return dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+                OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
 
 
 def _die_with_parent():
