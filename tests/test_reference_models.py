@@ -5,6 +5,7 @@ update count and learning rate; the replacement rule, the budget and the corpus 
 run reads the folder (a converged model is not trained again, a training without a run folder goes
 on from its snapshot)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -32,15 +33,35 @@ def test_a_shipped_model_decodes_with_stock_fairseq_generate(name):
     for key in ("config", "corpus", "corpus_sha256", "updates", "stopped", "command", "sha256", "valid_bleu", "test_bleu"):
         assert key in entry, key
     data = SHIPPED.folder / entry["evaluation_data"]
-    if entry["test_bleu"] is None:
+    if entry["test_bleu"] is None and "base" not in entry:
         pytest.skip(f"{name} does not translate by itself (a GAD drafter); the drafter tests decode with it")
-    out = run([fairseq_cli("fairseq-generate"), str(data / "bin"), "--user-dir", PLUGIN_DIR, "--path",
-               str(SHIPPED.checkpoint(name)), "--gen-subset", "test", "--beam", "2", "--batch-size", "64", "--cpu",
-               "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece"] + entry["generate"].split(),
-              timeout=600).stdout
-    hypotheses = [line for line in out.splitlines() if line.startswith("H-")]
+    hypotheses, _ = shipped_hypotheses(name, "--beam", "2")
     assert len(hypotheses) == sum(1 for _ in open(next(data.glob("test.*"))))  # every test sentence
-    assert sum(len(h.split("\t")[2].split()) for h in hypotheses) > len(hypotheses)  # it translates, not only EOS
+    assert sum(len(h.split()) for h in hypotheses.values()) > len(hypotheses)  # it translates, not only EOS
+
+
+def shipped_hypotheses(name, *args):
+    """fairseq-generate's hypotheses of shipped model ``name`` on its test set (sentence id -> text), and its log."""
+    entry = SHIPPED.entry(name)
+    out = run([fairseq_cli("fairseq-generate"), str(SHIPPED.folder / entry["evaluation_data"] / "bin"), "--user-dir",
+               PLUGIN_DIR, "--path", str(SHIPPED.checkpoint(name)), "--gen-subset", "test", "--batch-size", "64", "--cpu",
+               "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece", *entry["generate"].split(),
+               *args], timeout=600)
+    return {h.split("\t")[0]: h.split("\t")[2] for h in out.stdout.splitlines() if h.startswith("H-")}, out.stderr
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in SHIPPED.models.items() if "base" in e))
+def test_shipped_frozen_heads_draft_and_give_their_bases_fairseq_greedy(name):
+    """The heads ship on a base of this folder: with --acceptance exact at a fixed width (so they draft on every
+    step) their output is the base's under fairseq's own greedy (SequenceGenerator), sentence for sentence."""
+    greedy, _ = shipped_hypotheses(SHIPPED.entry(name)["base"], "--beam", "1", "--beam-search", "fairseq")
+    drafted, log = shipped_hypotheses(name, "--beam", "1", "--drafter", "blockwise", "--acceptance", "exact",
+                                      "--adaptive-block-size", "off")
+    data = SHIPPED.folder / SHIPPED.entry(name)["evaluation_data"]
+    assert len(greedy) == sum(1 for _ in open(next(data.glob("test.*"))))
+    assert drafted == greedy
+    accepted = float(re.search(r"drafter blockwise \| acceptance exact \|.* mean accepted ([0-9.]+)", log).group(1))
+    assert accepted > 1.1  # the heads drafted, and their drafts were taken
 
 
 def test_a_packed_checkpoint_is_fp16_with_tied_embeddings_once_and_no_moments(tmp_path, tiny_model):
