@@ -45,6 +45,7 @@ benchmark reads).
 """
 import argparse
 import json
+import os
 import re
 import shlex
 import sys
@@ -824,6 +825,9 @@ def main(argv=None):
         ap.error("--snapshot and --snapshot-every pack into --models-dir: give it")
     if args.threads < 1:
         ap.error(f"--threads must be at least 1, not {args.threads}")
+    if args.parallel * args.threads > (os.cpu_count() or 1):
+        print(f"warning: --parallel {args.parallel} x --threads {args.threads} is more threads than the {os.cpu_count()} "
+              "cores: trainings side by side slow each other down (give --threads 1)", flush=True)
     if args.pack:
         return offer(read_models(args.models, [args.name])[0], args)
     models = read_models(args.models, args.names)

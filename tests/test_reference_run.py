@@ -201,8 +201,9 @@ def test_watch_stops_a_converged_training_and_does_not_restart_it(tmp_path, monk
     assert (out / "r2l" / "pid").exists()
 
 
-def test_threads_reach_each_training(tmp_path, monkeypatch):
-    """--threads 2 (one training alone on 2 cores) sets the training's OpenMP and MKL threads; 0 is refused."""
+def test_threads_reach_each_training(tmp_path, monkeypatch, capsys):
+    """--threads 2 (one training alone on 2 cores) sets the training's OpenMP and MKL threads; more threads than
+    cores in all are warned of, 0 is refused."""
     out = tmp_path / "out"
     lst = tmp_path / "list.txt"
     lst.write_text("typo cfg kd\n")
@@ -211,8 +212,12 @@ def test_threads_reach_each_training(tmp_path, monkeypatch):
                         lambda m, args, gpu: [sys.executable, "-c", note.format(str(tmp_path / "train_threads"))])
     argv = ["--models", str(lst), "--data", str(tmp_path), "--out", str(out), "--parallel", "1", "--poll-seconds", "0.1",
             "--flatten-reference", "none"]
+    monkeypatch.setattr(reference_run.os, "cpu_count", lambda: 2)
     reference_run.main(argv + ["--threads", "2"])
     assert (tmp_path / "train_threads").read_text() == "22"
+    assert "warning" not in capsys.readouterr().out  # one training, 2 threads, 2 cores
+    reference_run.main(argv + ["--threads", "2", "--parallel", "2"])
+    assert "more threads than the 2 cores" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         reference_run.main(argv + ["--threads", "0"])
 
