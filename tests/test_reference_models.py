@@ -32,21 +32,25 @@ def test_a_shipped_model_decodes_with_stock_fairseq_generate(name):
     entry = SHIPPED.entry(name)
     for key in ("config", "corpus", "corpus_sha256", "updates", "stopped", "command", "sha256", "valid_bleu", "test_bleu"):
         assert key in entry, key
-    data = SHIPPED.folder / entry["evaluation_data"]
     if entry["test_bleu"] is None and "base" not in entry:
         pytest.skip(f"{name} does not translate by itself (a GAD drafter); the drafter tests decode with it")
     hypotheses, _ = shipped_hypotheses(name, "--beam", "2")
-    assert len(hypotheses) == sum(1 for _ in open(next(data.glob("test.*"))))  # every test sentence
+    assert len(hypotheses) == size_of_test_set(name)  # every test sentence
     assert sum(len(h.split()) for h in hypotheses.values()) > len(hypotheses)  # it translates, not only EOS
 
 
+def size_of_test_set(name):
+    """The number of sentences in shipped model ``name``'s test set."""
+    return sum(1 for _ in open(next((SHIPPED.folder / SHIPPED.entry(name)["evaluation_data"]).glob("test.*"))))
+
+
 def shipped_hypotheses(name, *args):
-    """fairseq-generate's hypotheses of shipped model ``name`` on its test set (sentence id -> text), and its log."""
+    """fairseq-generate's hypotheses of shipped model ``name`` on its test set, as its subword tokens (sentence id ->
+    tokens: compared token for token), and its log."""
     entry = SHIPPED.entry(name)
     out = run([fairseq_cli("fairseq-generate"), str(SHIPPED.folder / entry["evaluation_data"] / "bin"), "--user-dir",
                PLUGIN_DIR, "--path", str(SHIPPED.checkpoint(name)), "--gen-subset", "test", "--batch-size", "64", "--cpu",
-               "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "sentencepiece", *entry["generate"].split(),
-               *args], timeout=600)
+               "--max-len-a", "1.2", "--max-len-b", "10", *entry["generate"].split(), *args], timeout=600)
     return {h.split("\t")[0]: h.split("\t")[2] for h in out.stdout.splitlines() if h.startswith("H-")}, out.stderr
 
 
@@ -57,8 +61,7 @@ def test_shipped_frozen_heads_draft_and_give_their_bases_fairseq_greedy(name):
     greedy, _ = shipped_hypotheses(SHIPPED.entry(name)["base"], "--beam", "1", "--beam-search", "fairseq")
     drafted, log = shipped_hypotheses(name, "--beam", "1", "--drafter", "blockwise", "--acceptance", "exact",
                                       "--adaptive-block-size", "off")
-    data = SHIPPED.folder / SHIPPED.entry(name)["evaluation_data"]
-    assert len(greedy) == sum(1 for _ in open(next(data.glob("test.*"))))
+    assert len(greedy) == size_of_test_set(name)
     assert drafted == greedy
     accepted = float(re.search(r"drafter blockwise \| acceptance exact \|.* mean accepted ([0-9.]+)", log).group(1))
     assert accepted > 1.1  # the heads drafted, and their drafts were taken
