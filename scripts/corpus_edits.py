@@ -6,12 +6,15 @@ the source, the share of sentences left unchanged, and the IAD paper's per-sente
 (a shift counts as one edit) over the input's words.
 
     python -m scripts.corpus_edits --src data/typo-en/test.typo --ref data/typo-en/test.en
+    python -m scripts.corpus_edits --pair typo-en data/typo-en/test.typo data/typo-en/test.en \
+        --pair gec-en data/gec-en/test.gec data/gec-en/test.en      # side by side, one column a corpus
 """
 import argparse
 import statistics
 import sys
 
 from sacrebleu.metrics import BLEU, TER
+from tabulate import tabulate
 
 
 def read_lines(path):
@@ -47,11 +50,24 @@ def summary(sources, references):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--src", required=True, help="raw source side (one sentence per line)")
-    ap.add_argument("--ref", required=True, help="raw target side, line-aligned with --src")
+    ap.add_argument("--src", help="raw source side (one sentence per line)")
+    ap.add_argument("--ref", help="raw target side, line-aligned with --src")
+    ap.add_argument("--pair", nargs=3, action="append", default=[], metavar=("NAME", "SRC", "REF"),
+                    help="a named corpus split (repeatable): the corpora side by side, one column each")
     args = ap.parse_args(argv)
-    for key, value in summary(read_lines(args.src), read_lines(args.ref)).items():
-        print(f"{key}\t{value}")
+    if bool(args.src) != bool(args.ref):
+        ap.error("give --src and --ref together (or --pair NAME SRC REF)")
+    pairs = args.pair + ([["", args.src, args.ref]] if args.src else [])
+    if not pairs:
+        ap.error("give --src SRC --ref REF, or one --pair NAME SRC REF per corpus")
+    if len(pairs) == 1:
+        for key, value in summary(read_lines(pairs[0][1]), read_lines(pairs[0][2])).items():
+            print(f"{key}\t{value}")
+        return
+    columns = {name: summary(read_lines(src), read_lines(ref)) for name, src, ref in pairs}
+    keys = list(next(iter(columns.values())))
+    rows = [[key] + [str(col[key]) for col in columns.values()] for key in keys]
+    print(tabulate(rows, headers=[""] + list(columns), tablefmt="pipe", disable_numparse=True))
 
 
 if __name__ == "__main__":
