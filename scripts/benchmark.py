@@ -10,8 +10,11 @@ what a user runs::
     {"method": "Jacobi HGJ b=3", "model": "baseline",
      "args": "--task fast_translation --drafter jacobi_hgj --block-size 3", "lossless": true}
     {"method": "CTranslate2 greedy", "model": "baseline", "backend": "ctranslate2"}
+    {"method": "CTranslate2 greedy int8", "model": "baseline", "backend": "ctranslate2", "compute_type": "int8"}
 
-``model`` names ``<checkpoints>/<model>/checkpoint_best.pt`` (or give ``path``); ``corpus`` replaces
+``model`` names ``<checkpoints>/<model>/checkpoint_best.pt`` (or give ``path``; ``"models": [A, B]`` makes
+the row once per model, named ``"A: <method>"`` and timed in model A's own group: configs/benchmark/gec.json's
+tiny and base verifiers; ``"compute_type"``: a CTranslate2 row's, e.g. ``"int8"``); ``corpus`` replaces
 the corpus for a row with another corpus of the same data root (e.g. ``"corpus": "pt_PT-pt_BR"``).
 In ``args``, ``{CKPT}`` stands for the checkpoints root and ``{DATA}`` for the data root (a GAD row's
 ``--drafter-path {CKPT}/gad_drafter/checkpoint_best.pt``; ``--skip-missing`` skips it while untrained).
@@ -121,7 +124,8 @@ def _mean_accepted(stats):
 
 def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, max_len, timed_sentences):
     if row.get("backend", "fairseq") == "ctranslate2":
-        return CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences)
+        return CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences,
+                                 row.get("compute_type", "default"))
     return FairseqRunner(corpus, ckpt, args, beam, bs, device, fp16, threads, max_len, timed_sentences)
 
 

@@ -10,9 +10,27 @@ from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad 
 from fairseq_plugins.viz.speed_vs_bleu import FAMILIES  # anchors, orders, draft-and-verify, non-autoregressive
 
 
+def per_model(row):
+    """A row with ``"models": [A, B]`` is one row per model: method ``"A: <method>"``, timed in the group of
+    its own model (the same rows at two sizes on one corpus, each against its own baselines)."""
+    names = row.get("models")
+    if names is None:
+        return [row]
+    if "model" in row or "path" in row or not isinstance(names, list) or not names:
+        raise BenchmarkError(f"row '{row['method']}': 'models' is a non-empty list, given instead of 'model' / 'path'")
+    out = []
+    for name in names:
+        one = {k: v for k, v in row.items() if k != "models"}
+        group = f"{row['group']}/{name}" if "group" in row else name
+        one.update(method=f"{name}: {row['method']}", model=name, group=group)
+        out.append(one)
+    return out
+
+
 def load_rows(paths):
     """The rows of several files, concatenated in order.  A row repeated verbatim in a later file (a
-    baseline every family's file carries) is kept once; another row under the same method is an error."""
+    baseline every family's file carries) is kept once; another row under the same method is an error.
+    A row for several models (``"models"``) is expanded first (:func:`per_model`)."""
     rows, seen = [], {}
     for path in map(Path, paths):
         try:
@@ -23,18 +41,23 @@ def load_rows(paths):
             raise BenchmarkError(f"rows file {path} is not valid JSON: {e}") from None
         if not isinstance(data, list):
             raise BenchmarkError(f"rows file {path} must hold a JSON list of rows")
-        for row in data:
-            if not isinstance(row, dict) or "method" not in row:
-                raise BenchmarkError(f"{path}: every row needs a 'method' (got {row!r})")
-            first = seen.get(row["method"])
-            if first is not None:
-                if first[1] == row:
-                    continue
-                raise BenchmarkError(f"method '{row['method']}' is defined differently in {first[0]} and {path}: "
-                                     "give one of them another name")
-            seen[row["method"]] = (path, row)
-            rows.append(row)
+        for listed in data:
+            if not isinstance(listed, dict) or "method" not in listed:
+                raise BenchmarkError(f"{path}: every row needs a 'method' (got {listed!r})")
+            for row in per_model(listed):
+                _add_row(rows, seen, path, row)
     return rows
+
+
+def _add_row(rows, seen, path, row):
+    first = seen.get(row["method"])
+    if first is not None:
+        if first[1] == row:
+            return
+        raise BenchmarkError(f"method '{row['method']}' is defined differently in {first[0]} and {path}: "
+                             "give one of them another name")
+    seen[row["method"]] = (path, row)
+    rows.append(row)
 
 
 def flag(args, name):

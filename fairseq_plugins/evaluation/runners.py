@@ -82,14 +82,15 @@ def convert_to_ctranslate2(checkpoint, corpus, out_dir):
 
 class CTranslate2Runner:
     def __init__(self, corpus, checkpoint, beam, batch_size, device, threads, work_dir, max_len=(0.0, 200),
-                 timed_sentences=0):
+                 timed_sentences=0, compute_type="default"):
         import ctranslate2
         from fairseq.data import Dictionary, data_utils
 
         import fairseq_plugins  # noqa: F401
 
         model_dir = convert_to_ctranslate2(checkpoint, corpus, Path(work_dir) / (Path(checkpoint).parent.name + "_ct2"))
-        self.translator = ctranslate2.Translator(str(model_dir), device=device, inter_threads=1, intra_threads=threads)
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, inter_threads=1, intra_threads=threads,
+                                                 compute_type=compute_type)  # "int8": its quantized CPU path
         self.beam, self.device, self.max_len = beam, device, max_len
         src_dict = Dictionary.load(str(corpus.bin / f"dict.{corpus.src}.txt"))
         self.tgt_dict = Dictionary.load(str(corpus.bin / f"dict.{corpus.tgt}.txt"))
