@@ -40,25 +40,25 @@ def test_round_trip_and_end_markers(order):
 
 def test_sequences_of_the_papers():
     y = [11, 12, 13, 14, 15, 16]  # y1..y6 of IBDecoder Figure 1
-    assert get_order("interleave").reorder(y)[0].tolist() == [11, 16, 12, 15, 13, 14, EOS, EOS]  # Eq. 6
-    assert get_order("interleave").reorder(y)[1].tolist() == [1, -1, 2, -2, 3, -3, 4, -4]  # Eq. 7
-    assert get_order("r2l").reorder(y)[0].tolist() == [16, 15, 14, 13, 12, 11, EOS]
+    assert get_order("interleave").reorder(y, eos=EOS)[0].tolist() == [11, 16, 12, 15, 13, 14, EOS, EOS]  # Eq. 6
+    assert get_order("interleave").reorder(y, eos=EOS)[1].tolist() == [1, -1, 2, -2, 3, -3, 4, -4]  # Eq. 7
+    assert get_order("r2l").reorder(y, eos=EOS)[0].tolist() == [16, 15, 14, 13, 12, 11, EOS]
     ms = get_order("multi_segment", 4)  # Eq. 9: segments y1..y3, y4..y6, each interleaved
-    tokens, positions, directions = ms.reorder(y)
+    tokens, positions, directions = ms.reorder(y, eos=EOS)
     assert tokens.tolist() == [11, 13, 14, 16, 12, EOS, 15, EOS]
     assert positions.tolist() == [0, 0, 0, 0, 1, 1, 1, 1] and directions.tolist() == [0, 1, 2, 3] * 2  # Eq. 10
     # Imamura: one EOD for an odd length, two for an even one, the last pair holds an EOD
-    assert get_order("head_tail").reorder(y[:5])[0].tolist() == [11, 15, 12, 14, 13, EOS]
-    assert get_order("head_tail").reorder(y)[0].tolist() == [11, 16, 12, 15, 13, 14, EOS, EOS]
-    assert get_order("l2r", 1, 2).reorder(y[:5])[0].tolist() == [11, 12, 13, 14, 15, EOS]
+    assert get_order("head_tail").reorder(y[:5], eos=EOS)[0].tolist() == [11, 15, 12, 14, 13, EOS]
+    assert get_order("head_tail").reorder(y, eos=EOS)[0].tolist() == [11, 16, 12, 15, 13, 14, EOS, EOS]
+    assert get_order("l2r", 1, 2).reorder(y[:5], eos=EOS)[0].tolist() == [11, 12, 13, 14, 15, EOS]
 
 
 def test_end_marker_in_either_slot():
     order = get_order("interleave")
-    assert order.restore([11, 15, 12, EOS]).tolist() == [11, 12, 15]  # (y, EOD): y kept
-    assert order.restore([11, 15, EOS, 12]).tolist() == [11, 15]  # (EOD, y): rest of the group dropped
+    assert order.restore([11, 15, 12, EOS], eos=EOS).tolist() == [11, 12, 15]  # (y, EOD): y kept
+    assert order.restore([11, 15, EOS, 12], eos=EOS).tolist() == [11, 15]  # (EOD, y): rest of the group dropped
     ms = get_order("multi_segment", 4)  # each segment keeps its tokens before its own end marker
-    assert ms.restore([11, 13, 14, 16, 12, EOS, EOS, 15]).tolist() == [11, 12, 13, 14, 16]
+    assert ms.restore([11, 13, 14, 16, 12, EOS, EOS, 15], eos=EOS).tolist() == [11, 12, 13, 14, 16]
 
 
 @pytest.mark.parametrize("h,c", [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (2, 3)])
@@ -81,7 +81,7 @@ def test_ablation_masks():
     allowed = indep.mask(n).eq(0)
     assert not (allowed & (d[:, None] != d[None, :])).any()
     assert torch.equal(get_order("interleave", vanilla_positions=True).positions(n), torch.arange(n))
-    assert get_order("interleave", middle_to_side=True).reorder([1 + 10, 12, 13, 14])[0].tolist()[:4] == [13, 12, 14, 11]
+    assert get_order("interleave", middle_to_side=True).reorder([1 + 10, 12, 13, 14], eos=EOS)[0].tolist()[:4] == [13, 12, 14, 11]
 
 
 def test_incremental_mask_rows():

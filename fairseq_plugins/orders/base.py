@@ -1,21 +1,10 @@
-"""Generation orders (docs/METHODS.md §1): how a target sentence is laid out for a multi-token decoder.
-
-One class, :class:`GenerationOrder`, covers every order of the two papers:
-
-=================  ===============================================================================
-``l2r``            y1..yn; c>1 is semi-autoregressive SA (Wang et al. 2018; IBDecoder Table 2 #6)
-``r2l``            yn..y1; c>1 is Imamura & Sumita's "double-token R2L"
-``head_tail``      Imamura & Sumita 3.2: L1 R1 L2 R2 ..., learned positional embedding, M(2,1)
-``interleave``     IBDecoder Eq. 6-8: y1 yn y2 yn-1 ..., signed sinusoidal positions Eq. 7, M(2,c)
-                   (c>1 is IBDecoder+SA, Eq. 12)
-``multi_segment``  IMDecoder Eq. 9-11: h/2 near-equal segments, each interleaved, step k takes the
-                   k-th pair of every segment; positions (step, direction) Eq. 10, M(h,1)
-=================  ===============================================================================
+"""What every generation order shares: the layout in segments, end markers, restoring, the mask.
 
 The layout is described by three numbers and one per-segment permutation: the natural target is
 cut into ``S`` segments (1, or h/2 for multi_segment); every segment is permuted (identity,
 reversed, folded ``y1 yL y2 yL-1 ...``, or the fold reversed for the middle-to-side ablation) and
 padded with end markers; each decoding step takes ``w = z/S`` tokens from every segment in turn.
+An order (one module of this package) gives the permutation, the positions and the directions.
 
 End markers.  The end-of-decoding token EOD of both papers is the dictionary's EOS (``</s>``): no
 symbol is added, so checkpoints and the joined dictionary stay those of stock fairseq, and the
@@ -25,57 +14,78 @@ shortest segment: the first step holding an EOS is the last one, and every segme
 (for S=1 the length is ceil((n+1)/z)*z; for h=2,c=1 that is Imamura's "one or two EODs").
 Restoring cuts at the first step whose group holds an end marker; inside that group each
 segment keeps only its tokens before its first end marker (the rest of the group is dropped).
+The end marker's index is the dictionary's ``eos()``, which every caller passes.
 """
 from functools import lru_cache
 
 import torch
 
-ORDER_NAMES = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
-EOS = 2  # fairseq Dictionary's eos index; pass the dictionary's own eos where it differs
-DEFAULT_DIRECTIONS = {"l2r": 1, "r2l": 1, "head_tail": 2, "interleave": 2, "multi_segment": 4}
 ABLATIONS = ("vanilla_mask", "vanilla_positions", "middle_to_side", "independent_directions")
+ORDERS = {}  # name -> GenerationOrder subclass, in registration order (the task's --target-order choices)
 
 
 class OrderError(ValueError):
     """Inconsistent order options: the message says what is wrong and how to fix it."""
 
 
+def register_order(cls):
+    """Class decorator: ``cls.name`` becomes a ``--target-order`` choice."""
+    if cls.name in ORDERS:
+        raise OrderError(f"two generation orders are named {cls.name!r}: rename one")
+    ORDERS[cls.name] = cls
+    return cls
+
+
 class GenerationOrder:
     """reorder / restore / positions / directions / mask (Eq. 4) of one generation order.
 
-    ``positions`` are the paper's values before any embedding offset; ``position_embedding`` says
-    how the model embeds them: ``sinusoidal`` (signed allowed, Eq. 7) or ``learned`` (Imamura).
-    ``direction_embedding`` is True when the model adds a learned direction embedding (Eq. 10).
+    A subclass is one order: its ``name``, its default number of directions, ``check_directions``,
+    ``segment_permutation`` and ``natural_positions``; bidirectional orders derive from
+    :class:`FoldedOrder`.  ``positions`` are the paper's values before any embedding offset;
+    ``position_embedding`` says how the model embeds them: ``sinusoidal`` (signed allowed, Eq. 7) or
+    ``learned`` (Imamura).  ``direction_embedding`` is True when the model adds a learned direction
+    embedding (Eq. 10).
     """
 
-    def __init__(self, name, directions=None, tokens_per_direction=1, vanilla_mask=False,
+    name = None
+    default_directions = 1
+    bidirectional = False
+    position_embedding = "sinusoidal"
+    direction_embedding = False
+
+    def __init__(self, directions=None, tokens_per_direction=1, vanilla_mask=False,
                  vanilla_positions=False, middle_to_side=False, independent_directions=False):
-        if name not in ORDER_NAMES:
-            raise OrderError(f"unknown target order {name!r}; choose one of {', '.join(ORDER_NAMES)}")
-        h = DEFAULT_DIRECTIONS[name] if not directions else int(directions)
+        h = self.default_directions if not directions else int(directions)
         c = int(tokens_per_direction)
         if c < 1:
             raise OrderError(f"--tokens-per-direction must be >= 1 (got {c})")
-        if name in ("l2r", "r2l") and h != 1:
-            raise OrderError(f"--target-order {name} has one direction; drop --directions {h} "
-                             "(or use --target-order multi_segment for several directions)")
-        if name in ("head_tail", "interleave") and h != 2:
-            raise OrderError(f"--target-order {name} has exactly two directions (got --directions {h}); "
-                             "for more directions use --target-order multi_segment --directions 4")
-        if name == "multi_segment" and (h < 2 or h % 2):
-            raise OrderError(f"--target-order multi_segment needs an even --directions >= 2 (got {h}): "
-                             "each of the h/2 segments is decoded from both ends (IMDecoder Eq. 9)")
-        if middle_to_side and name not in ("head_tail", "interleave", "multi_segment"):
+        self.check_directions(h)
+        if middle_to_side and not self.bidirectional:
             raise OrderError("--middle-to-side reverses a bidirectional order; use it with "
                              "--target-order interleave (IBDecoder Table 2 #4)")
-        self.name, self.h, self.c, self.z = name, h, c, h * c
+        self.h, self.c, self.z = h, c, h * c
         self.vanilla_mask, self.vanilla_positions = bool(vanilla_mask), bool(vanilla_positions)
         self.middle_to_side, self.independent_directions = bool(middle_to_side), bool(independent_directions)
-        self.bidirectional = name in ("head_tail", "interleave", "multi_segment")
-        self.segments = h // 2 if name == "multi_segment" else 1
+        self.segments = self.segment_count(h)
         self.width = self.z // self.segments  # tokens each segment contributes per step
-        self.position_embedding = "learned" if name == "head_tail" else "sinusoidal"
-        self.direction_embedding = name == "multi_segment"
+
+    # ---- what an order says ----
+    def check_directions(self, h):
+        """Raise OrderError when the order cannot have ``h`` directions."""
+        if h != 1:
+            raise OrderError(f"--target-order {self.name} has one direction; drop --directions {h} "
+                             "(or use --target-order multi_segment for several directions)")
+
+    def segment_count(self, h):
+        return 1
+
+    def segment_permutation(self, length):
+        """Natural indices of one segment in generation order."""
+        raise NotImplementedError
+
+    def natural_positions(self, t):
+        """The order's own positions of 0-based slots ``t`` (Eq. 5: T_t = t-1 by default)."""
+        return t
 
     # ---- identity ----
     @property
@@ -92,18 +102,6 @@ class GenerationOrder:
         return f"GenerationOrder<{self.signature}>"
 
     # ---- layout ----
-    def _segment_permutation(self, length):
-        """Natural indices of one segment in generation order."""
-        natural = list(range(length))
-        if not self.bidirectional:
-            return natural[::-1] if self.name == "r2l" else natural
-        fold = []  # y1 yL y2 yL-1 ... (IBDecoder Eq. 6, Imamura's fold)
-        for k in range((length + 1) // 2):
-            fold.append(k)
-            if length - 1 - k != k:
-                fold.append(length - 1 - k)
-        return fold[::-1] if self.middle_to_side else fold
-
     def _segment_lengths(self, n):
         """IMDecoder's h/2 near-equal segments (Eq. 9); the first ones take the remainder."""
         s = self.segments
@@ -117,7 +115,7 @@ class GenerationOrder:
         starts = [sum(lengths[:i]) for i in range(self.segments)]
         padded = []
         for start, length in zip(starts, lengths):
-            seg = [start + i for i in self._segment_permutation(length)]
+            seg = [start + i for i in self.segment_permutation(length)]
             padded.append(seg + [-1] * (steps * self.width - len(seg)))
         w = self.width
         return tuple(idx for k in range(steps) for seg in padded for idx in seg[k * w:(k + 1) * w])
@@ -128,12 +126,7 @@ class GenerationOrder:
 
     def positions_at(self, t):
         """Positions of the 0-based slot indices ``t`` (any shape): a function of the slot alone."""
-        if self.vanilla_positions or self.name in ("l2r", "r2l", "head_tail"):
-            return t  # Eq. 5: T_t = t-1 (head_tail: index of the learned embedding)
-        if self.name == "multi_segment":
-            return torch.div(t, self.z, rounding_mode="floor")  # Eq. 10, first part: decoding step
-        ceil_half = torch.div(t + 2, 2, rounding_mode="floor")  # ceil((slot+1)/2)
-        return torch.where(t % 2 == 0, ceil_half, -ceil_half)  # Eq. 7: (-1)^(t-1) * ceil(t/2)
+        return t if self.vanilla_positions else self.natural_positions(t)  # Table 2 #3: vanilla positions
 
     def directions(self, length, offset=0):
         """Direction id of every slot (Eq. 10, second part; 0 = left-to-right)."""
@@ -146,7 +139,7 @@ class GenerationOrder:
             return segment
         return 2 * segment + (t % self.width) % 2  # the fold alternates L, R inside a segment
 
-    def reorder(self, tokens, eos=EOS):
+    def reorder(self, tokens, eos):
         """Natural target ids WITHOUT the final EOS -> (tokens, positions, directions), all in
         generation order, end markers included, length a multiple of z."""
         tokens = torch.as_tensor(tokens, dtype=torch.long, device="cpu")
@@ -156,7 +149,7 @@ class GenerationOrder:
         out[keep] = tokens[index[keep]]
         return out, self.positions(len(out)), self.directions(len(out))
 
-    def kept_slots(self, generated, eos=EOS):
+    def kept_slots(self, generated, eos):
         """Slots of a generated sequence that survive restoring, as a list of slot indices."""
         generated = generated.tolist() if isinstance(generated, torch.Tensor) else list(generated)
         is_end = [tok == eos for tok in generated]
@@ -175,7 +168,7 @@ class GenerationOrder:
             kept.append(slot)
         return kept
 
-    def restore_index(self, generated, eos=EOS):
+    def restore_index(self, generated, eos):
         """Slot indices of a generated sequence in natural order (end markers dropped)."""
         kept = self.kept_slots(generated, eos)
         per_segment = [[] for _ in range(self.segments)]
@@ -183,14 +176,14 @@ class GenerationOrder:
             per_segment[(slot % self.z) // self.width].append(slot)
         natural = []
         for slots in per_segment:
-            perm = self._segment_permutation(len(slots))
+            perm = self.segment_permutation(len(slots))
             seg = [None] * len(slots)
             for gen_pos, nat_pos in enumerate(perm):
                 seg[nat_pos] = slots[gen_pos]
             natural.extend(seg)
         return natural
 
-    def restore(self, generated, eos=EOS):
+    def restore(self, generated, eos):
         """Generation order (end markers and trailing tokens allowed) -> natural order, no markers."""
         generated = torch.as_tensor(generated, dtype=torch.long, device=getattr(generated, "device", "cpu"))
         return generated[torch.tensor(self.restore_index(generated, eos), dtype=torch.long, device=generated.device)]
@@ -227,8 +220,31 @@ class GenerationOrder:
         return isinstance(other, GenerationOrder) and other.signature == self.signature
 
 
+class FoldedOrder(GenerationOrder):
+    """A bidirectional order: each segment folded ``y1 yL y2 yL-1 ...`` (IBDecoder Eq. 6, Imamura's
+    fold), reversed by the middle-to-side ablation; the fold alternates L, R inside a segment."""
+
+    bidirectional = True
+    default_directions = 2
+
+    def check_directions(self, h):
+        if h != 2:
+            raise OrderError(f"--target-order {self.name} has exactly two directions (got --directions {h}); "
+                             "for more directions use --target-order multi_segment --directions 4")
+
+    def segment_permutation(self, length):
+        fold = []
+        for k in range((length + 1) // 2):
+            fold.append(k)
+            if length - 1 - k != k:
+                fold.append(length - 1 - k)
+        return fold[::-1] if self.middle_to_side else fold
+
+
 def get_order(name, directions=None, tokens_per_direction=1, **ablations):
     """The order object of docs/METHODS.md §1 (``directions=None`` or 0: the order's own h)."""
+    if name not in ORDERS:
+        raise OrderError(f"unknown target order {name!r}; choose one of {', '.join(ORDERS)}")
     unknown = set(ablations) - set(ABLATIONS)
     if unknown:
         raise OrderError(f"unknown order option(s) {sorted(unknown)}; known: {', '.join(ABLATIONS)}")
@@ -238,7 +254,7 @@ def get_order(name, directions=None, tokens_per_direction=1, **ablations):
 
 @lru_cache(maxsize=None)
 def _cached_order(name, directions, tokens_per_direction, flags):
-    return GenerationOrder(name, directions, tokens_per_direction, **dict(zip(ABLATIONS, flags)))
+    return ORDERS[name](directions, tokens_per_direction, **dict(zip(ABLATIONS, flags)))
 
 
 def order_from_config(cfg):
@@ -259,6 +275,3 @@ def order_signature_of_model(model):
     order = getattr(model, "generation_order", None)
     return None if order is None or order.is_plain_l2r else order.signature
 
-
-__all__ = ["GenerationOrder", "OrderError", "get_order", "order_from_config", "order_signature_of_config",
-           "order_signature_of_model", "ORDER_NAMES", "ABLATIONS", "EOS"]
