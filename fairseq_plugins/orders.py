@@ -30,13 +30,15 @@ from functools import lru_cache
 
 import torch
 
+from fairseq_plugins.errors import PluginError
+
 ORDER_NAMES = ("l2r", "r2l", "head_tail", "interleave", "multi_segment")
 EOS = 2  # fairseq Dictionary's eos index; pass the dictionary's own eos where it differs
 DEFAULT_DIRECTIONS = {"l2r": 1, "r2l": 1, "head_tail": 2, "interleave": 2, "multi_segment": 4}
 ABLATIONS = ("vanilla_mask", "vanilla_positions", "middle_to_side", "independent_directions")
 
 
-class OrderError(ValueError):
+class OrderError(PluginError, ValueError):
     """Inconsistent order options: the message says what is wrong and how to fix it."""
 
 

@@ -36,6 +36,7 @@ from fairseq_plugins.decoding.width_policy import draft_lengths
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
+from fairseq_plugins.errors import PluginError
 
 if TYPE_CHECKING:
     from fairseq_plugins.decoding.drafters.auto import DrafterChoice
@@ -58,7 +59,7 @@ def check_block_size(block_size: int) -> int:
     return block_size
 
 
-class DrafterNotAvailableError(ValueError):
+class DrafterNotAvailableError(PluginError, ValueError):
     """The drafter needs something this run does not have (a trained drafter model, heads)."""
 
 
