@@ -24,6 +24,6 @@ def choose_cpu_threads(requested: Optional[int]) -> str:
         return f"CPU threads: {torch.get_num_threads()} (OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']})"
     default = torch.get_num_threads()
     torch.set_num_threads(DEFAULT_THREADS)
-    return (f"CPU threads: {DEFAULT_THREADS} (the plugin's default for decoding, torch's was {default}: torch's threads "
-            "slow down many times when another process shares the cores; --cpu-threads N or OMP_NUM_THREADS=N "
-            "sets another)")
+    return (f"CPU threads: {DEFAULT_THREADS} (the plugin's default for decoding, torch's was {default}: torch's "
+            "threads slow down many times when another process shares the cores; --cpu-threads N or "
+            "OMP_NUM_THREADS=N sets another)")
