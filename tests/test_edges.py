@@ -164,20 +164,24 @@ def test_help_lists_the_task_options():
 
 # ---- 10: threads of a CPU decode ----
 
-@pytest.fixture
-def torch_threads(monkeypatch):
+def test_fairseq_generate_decodes_on_one_thread_unless_told(tiny_corpus, tiny_model, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    err = run(generate(tiny_corpus / "bin", tiny_model)).stderr
+    assert "CPU threads: 1 (the plugin's default for decoding" in err
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    err = run(generate(tiny_corpus / "bin", tiny_model)).stderr
+    assert "CPU threads: 2 (OMP_NUM_THREADS=2)" in err  # the user's setting, left alone
+
+
+def test_in_process_a_decode_keeps_its_callers_threads(tiny_corpus, tiny_model, monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_a_cpu_decode_runs_on_one_thread_unless_told(tiny_corpus, tiny_model, torch_threads, monkeypatch):
-    Generation.from_generate_args(tiny_corpus / "bin", tiny_model, [*FAST])
-    assert torch.get_num_threads() == 1
-    Generation.from_generate_args(tiny_corpus / "bin", tiny_model, [*FAST, "--cpu-threads", "2"])
-    assert torch.get_num_threads() == 2
-    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's setting: left alone
-    Generation.from_generate_args(tiny_corpus / "bin", tiny_model, [*FAST])
-    assert torch.get_num_threads() == 2
+    try:
+        torch.set_num_threads(2)  # as the benchmark's --threads 2
+        Generation.from_generate_args(tiny_corpus / "bin", tiny_model, [*FAST])
+        assert torch.get_num_threads() == 2
+        Generation.from_generate_args(tiny_corpus / "bin", tiny_model, [*FAST, "--cpu-threads", "1"])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
