@@ -202,8 +202,8 @@ class FastTranslationTask(TranslationTask):
                 f"input line {first + bad[0]} is not valid UTF-8: with --constraints no line can be left out (its "
                 "constraints would go to another line); fix the input (e.g. iconv -c -f utf-8 -t utf-8)")
         for i in bad:
-            print(f"input line {first + i}: not valid UTF-8, skipped (no translation for it)", file=sys.stderr,
-                  flush=True)
+            print(f"input line {first + i}: not valid UTF-8, skipped (the output's ids count the lines translated)",
+                  file=sys.stderr, flush=True)
         skipped = set(bad)
         lines[:] = [line for i, line in enumerate(lines) if i not in skipped]  # fairseq prints lines[id]: in place
         return super().get_interactive_tokens_and_lengths(lines, encode_fn)
