@@ -185,7 +185,7 @@ class FastTranslationTask(TranslationTask):
 
     def _choose_threads(self, models):
         """A decode on the CPU (not a training's --eval-bleu generator): threads.choose_cpu_threads, logged once."""
-        on_cpu = all(p.device.type == "cpu" for m in models for p in list(m.parameters())[:1])
+        on_cpu = all(next(m.parameters()).device.type == "cpu" for m in models)
         if on_cpu and not self._building_model:
             line = choose_cpu_threads(self.cfg.cpu_threads)
             if line not in _LOGGED:
