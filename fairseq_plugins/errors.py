@@ -36,3 +36,7 @@ def install_excepthook():
 
     excepthook._plugin_errors = True
     sys.excepthook = excepthook
+
+
+class OptionError(PluginError, ValueError):
+    """An option the plugin refuses (its value or its combination with others): the message says what to change."""

@@ -37,11 +37,15 @@ def generate(data, checkpoint, *args):
 
 # ---- 6: one line, no traceback ----
 
-def test_a_refused_option_is_one_line_without_a_traceback(tiny_corpus, tiny_model):
-    err = failed(generate(tiny_corpus / "bin", tiny_model, "--drafter", "no_such_drafter"))
+@pytest.mark.parametrize("args, message", [
+    (["--drafter", "no_such_drafter"], "--drafter 'no_such_drafter' is unknown"),  # refused by the task
+    (["--drafter", "input_copy", "--copy-ngram", "5"], "--copy-ngram must be 1, 2 or 3"),  # by the drafter
+])
+def test_a_refused_option_is_one_line_without_a_traceback(tiny_corpus, tiny_model, args, message):
+    err = failed(generate(tiny_corpus / "bin", tiny_model, *args))
     assert "Traceback" not in err
     assert error_lines(err) == [err.strip().splitlines()[-1]]
-    assert err.strip().splitlines()[-1].startswith("fairseq-generate: error: --drafter 'no_such_drafter' is unknown")
+    assert err.strip().splitlines()[-1].startswith(f"fairseq-generate: error: {message}")
 
 
 def test_a_data_folder_without_its_dictionaries_names_the_folder_meant(tiny_corpus, tiny_model):
