@@ -35,17 +35,35 @@ repaired here, in one place, so that no user has to set an environment variable:
    torch operation when the interpreter finalizes is unwound through a ``noexcept`` frame.  At exit
    each live consumer is told to stop after the batch in hand, its queue is drained until it ends,
    and only then does the interpreter finalize.
+7. ``fairseq-generate --user-dir fairseq_plugins --task fast_translation --help`` listed none of the
+   task's options: fairseq's ``parse_args_and_arch`` parses the command line once *before* it adds
+   the task's (and the model's, criterion's...) options, and that first parse meets ``--help``,
+   prints what it has and exits.  With ``-h``/``--help`` the options are now added first (the same
+   call without ``--help``, its errors about a missing data folder muted), then the help printed.
+8. Before fairseq loads checkpoints with a task (``load_model_ensemble_and_task``: fairseq-generate,
+   -interactive, the plugin's in-process ``Generation``), a checkpoint of a ``models/`` folder is
+   checked against its manifest's sha256 and the data folder's dictionaries against the ones it was
+   trained with (``evaluation/shipped_check.py``; ``--no-verify-shipped``), and torch's "size
+   mismatch" of the embeddings is reported as a data folder of another corpus.
+9. ``fairseq-interactive`` read its input as strict UTF-8 (or, in a C locale, with surrogates that
+   sentencepiece cannot take): one undecodable line ended the run and lost the lines after it.  Its
+   input is now read with ``surrogateescape``, and the task reports and skips such a line
+   (``FastTranslationTask.get_interactive_tokens_and_lengths``).
 """
 import argparse
 import atexit
 import functools
+import inspect
 import os
 import queue
+import sys
 import time
 import types
 import weakref
 
 import numpy as np
+
+from fairseq_plugins.errors import PluginError
 
 _APPLIED = False
 
@@ -98,7 +116,7 @@ def _keep_last_batch():
     data_utils.batch_by_size = batch_by_size
 
 
-class DistributedLaunchError(RuntimeError):
+class DistributedLaunchError(PluginError, RuntimeError):
     """A distributed launch that cannot form its process group; the message says what to change."""
 
 
@@ -227,6 +245,96 @@ def _stop_background_consumers_at_exit():
     atexit.register(stop_live_consumers)
 
 
+HELP_FLAGS = ("-h", "--help")
+
+
+class _HelpParsed(Exception):
+    """Raised instead of argparse's error while the options are gathered for ``--help``."""
+
+
+def _help_lists_task_options():
+    from fairseq import options
+
+    original = options.parse_args_and_arch
+    if getattr(original, "_help_after_options", False):
+        return
+
+    def parse_args_and_arch(parser, input_args=None, parse_known=False, suppress_defaults=False, modify_parser=None):
+        args = sys.argv[1:] if input_args is None else list(input_args)
+        if not parser.add_help or not any(a in HELP_FLAGS for a in args):
+            return original(parser, input_args, parse_known, suppress_defaults, modify_parser)
+
+        def error(message):
+            raise _HelpParsed(message)
+
+        parser.error = error  # a missing data folder must not stop the help (argparse calls parser.error)
+        try:
+            original(parser, [a for a in args if a not in HELP_FLAGS], True, False, modify_parser)
+        except _HelpParsed:
+            pass
+        finally:
+            del parser.error
+        parser.print_help()
+        parser.exit()
+
+    parse_args_and_arch._help_after_options = True
+    options.parse_args_and_arch = parse_args_and_arch
+
+
+def _check_checkpoints_before_loading():
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_model_ensemble_and_task
+    if getattr(original, "_checks_shipped", False):
+        return
+    signature = inspect.signature(original)
+
+    def load_model_ensemble_and_task(*args, **kwargs):
+        from fairseq_plugins.evaluation.shipped_check import explain_load_error, verify_shipped
+
+        bound = signature.bind(*args, **kwargs)
+        filenames, task = bound.arguments.get("filenames", ()), bound.arguments.get("task")
+        for filename in filenames:
+            verify_shipped(filename, task)
+        try:
+            return original(*args, **kwargs)
+        except RuntimeError as err:
+            explained = explain_load_error(err, filenames, task)
+            if explained is None:
+                raise
+            raise explained from None
+
+    load_model_ensemble_and_task._checks_shipped = True
+    functools.update_wrapper(load_model_ensemble_and_task, original)
+    load_model_ensemble_and_task._checks_shipped = True
+    checkpoint_utils.load_model_ensemble_and_task = load_model_ensemble_and_task
+
+
+def _interactive_reads_undecodable_lines():
+    module = sys.modules.get("fairseq_cli.interactive")  # imported by fairseq-interactive before the plugin
+    if module is None or getattr(module.buffered_read, "_surrogateescape", False):
+        return
+
+    def buffered_read(input, buffer_size):
+        """fairseq's, reading bytes: a line that is not UTF-8 keeps its bytes as surrogates (the task skips it)."""
+        stream = sys.stdin.buffer if input == "-" else open(input, "rb")
+        buffer = []
+        try:
+            for raw in stream:
+                buffer.append(raw.decode("utf-8", errors="surrogateescape").strip())
+                if len(buffer) >= buffer_size:
+                    yield buffer
+                    buffer = []
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+        if buffer:
+            yield buffer
+
+    buffered_read._surrogateescape = True
+    module.buffered_read = buffered_read
+
+
 def apply():
     """Idempotent; called from ``fairseq_plugins/__init__.py``."""
     global _APPLIED
@@ -238,4 +346,7 @@ def apply():
     _distributed_launch()
     _cpu_data_parallel()
     _stop_background_consumers_at_exit()
+    _help_lists_task_options()
+    _check_checkpoints_before_loading()
+    _interactive_reads_undecodable_lines()
     _APPLIED = True

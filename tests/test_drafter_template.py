@@ -23,7 +23,7 @@ from fairseq.tasks import TASK_REGISTRY
 
 assert fairseq_plugins.__file__.startswith(sys.argv[1]), fairseq_plugins.__file__  # the copy, not the repository's
 parser = options.get_generation_parser()
-TASK_REGISTRY["fast_translation"].add_args(parser)  # what fairseq-generate parses (its --help stops before the task's)
+TASK_REGISTRY["fast_translation"].add_args(parser)  # what fairseq-generate parses and --help lists
 text = parser.format_help()
 assert "--lookup-first" in text and "source_lookup: copy after the first match" in text and "source_lookup:" in text
 

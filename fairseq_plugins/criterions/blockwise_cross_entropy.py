@@ -33,6 +33,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion, LabelSmoothedCrossEntropyCriterionConfig, label_smoothed_nll_loss)
 from fairseq.logging import metrics
 
+from fairseq_plugins.errors import PluginError
+
 HEAD_LOSSES = ("mean", "random")
 
 
@@ -46,7 +48,7 @@ class BlockwiseCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
                                 "sharing 1 - w (default: the mean, w = 1/k, Stern §6)"})
 
 
-class BlockwiseCriterionError(ValueError):
+class BlockwiseCriterionError(PluginError, ValueError):
     """The criterion cannot train this model/task; the message says how to fix it."""
 
 

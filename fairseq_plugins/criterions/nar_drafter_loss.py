@@ -29,6 +29,8 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.dataclass import FairseqDataclass
 
+from fairseq_plugins.errors import OptionError
+
 
 @dataclass
 class NARDrafterLossConfig(FairseqDataclass):
@@ -64,12 +66,12 @@ class NARDrafterLoss(FairseqCriterion):
                  glancing_anneal_updates=300000):
         super().__init__(task)
         if not 0 <= label_smoothing < 1:
-            raise ValueError(f"--label-smoothing must be in [0, 1) (got {label_smoothing})")
+            raise OptionError(f"--label-smoothing must be in [0, 1) (got {label_smoothing})")
         for name, r in (("--glancing-ratio", glancing_ratio), ("--glancing-ratio-end", glancing_ratio_end)):
             if not 0 <= r <= 1:
-                raise ValueError(f"{name} must be in [0, 1] (got {r})")
+                raise OptionError(f"{name} must be in [0, 1] (got {r})")
         if not hasattr(task, "mask_idx"):
-            raise ValueError("--criterion nar_drafter_loss goes with --task nar_drafter")
+            raise OptionError("--criterion nar_drafter_loss goes with --task nar_drafter")
         self.eps = label_smoothing
         self.ratio_start, self.ratio_end, self.anneal = glancing_ratio, glancing_ratio_end, glancing_anneal_updates
         self.mask = task.mask_idx

@@ -9,10 +9,12 @@ corpus binarized for the verifier); no extra preprocessing step.
 import copy
 from typing import List, Sequence
 
+from fairseq_plugins.errors import PluginError
+
 MASK_SYMBOL = "<mask>"
 
 
-class DictionaryMismatchError(ValueError):
+class DictionaryMismatchError(PluginError, ValueError):
     """The drafter's and the verifier's dictionaries are not aligned token for token."""
 
 

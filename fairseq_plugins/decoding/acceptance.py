@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from fairseq_plugins.registry import Registry
+from fairseq_plugins.errors import OptionError
 
 #: ``--acceptance`` names -> rule classes (``from_config(cfg)``), filled by ``@ACCEPTANCES.register``
 ACCEPTANCES = Registry("--acceptance")
@@ -74,7 +75,7 @@ class TopK(AcceptanceRule):
 
     def __init__(self, n: int):
         if n < 1:
-            raise ValueError(f"--acceptance-topk must be >= 1 (got {n})")
+            raise OptionError(f"--acceptance-topk must be >= 1 (got {n})")
         self.n = n
 
     @classmethod
@@ -105,7 +106,7 @@ class MinBlock(AcceptanceRule):
 
     def __init__(self, l: int):
         if l < 1:
-            raise ValueError(f"--min-block-size must be >= 1 (got {l})")
+            raise OptionError(f"--min-block-size must be >= 1 (got {l})")
         self.l = l
 
     @classmethod
@@ -131,9 +132,9 @@ class GADPlusPlus(AcceptanceRule):
 
     def __init__(self, beta: int, tau: float):
         if beta < 1:
-            raise ValueError(f"--gad-beta must be >= 1 (got {beta})")
+            raise OptionError(f"--gad-beta must be >= 1 (got {beta})")
         if tau < 0:
-            raise ValueError(f"--gad-tau must be >= 0 (got {tau})")
+            raise OptionError(f"--gad-tau must be >= 0 (got {tau})")
         self.beta, self.tau = beta, float(tau)
 
     @classmethod

@@ -53,9 +53,10 @@ from fairseq_plugins.decoding.iteration_cost import device_clock, host_reads_fre
 from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.scoring import Columns, ColumnScorer, Scored
 from fairseq_plugins.decoding.verifier import Verifier
+from fairseq_plugins.errors import PluginError
 
 
-class DraftVerifyOptionError(ValueError):
+class DraftVerifyOptionError(PluginError, ValueError):
     """Generation options the draft-and-verify engine cannot honour; the message says how to fix it."""
 
 

@@ -47,6 +47,7 @@ from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.multi_token_beam import ModelParts
 from fairseq_plugins.decoding.step import DecoderStep, UnsupportedDecoderError
+from fairseq_plugins.errors import OptionError
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class LeanBeamSearch:
     @inference_generate
     def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
         if prefix_tokens is not None or constraints is not None:
-            raise ValueError("the lean beam search decodes without --prefix-size/--constraints; "
+            raise OptionError("the lean beam search decodes without --prefix-size/--constraints; "
                              "pass --beam-search fairseq for them")
         if len(models) != 1 or models[0] is not self.model:
             raise ValueError("the lean beam search was built for one model; build a new generator for these")

@@ -42,6 +42,7 @@ from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.encoder import Encoder
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.step import DecoderStep
+from fairseq_plugins.errors import OptionError
 
 
 class ModelParts:
@@ -275,10 +276,10 @@ class MultiTokenBeamSearch:
     @inference_generate
     def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
         if len(models) != 1:
-            raise ValueError("the multi-token beam search decodes with one model; pass a single --path "
+            raise OptionError("the multi-token beam search decodes with one model; pass a single --path "
                              "(average checkpoints with scripts/average_checkpoints.py for an ensemble)")
         if prefix_tokens is not None or constraints is not None:
-            raise ValueError("--prefix-size and --constraints are not supported with --target-order "
+            raise OptionError("--prefix-size and --constraints are not supported with --target-order "
                              "(a prefix is not a prefix in a reordered target)")
         model = models[0]
         net_input = sample["net_input"]
@@ -287,7 +288,7 @@ class MultiTokenBeamSearch:
         limit = self.max_positions if self.max_positions is not None else model.max_decoder_positions()
         max_len = max(0, min(max_len, limit - 1))
         if self.min_len > max_len:
-            raise ValueError(f"--min-len {self.min_len} exceeds the maximum length {max_len}; lower --min-len or "
+            raise OptionError(f"--min-len {self.min_len} exceeds the maximum length {max_len}; lower --min-len or "
                              "raise --max-len-a/--max-len-b")
         if self._parts is None or self._parts.model is not model:
             self._parts = ModelParts(model)
@@ -375,7 +376,7 @@ class MultiTokenBeamSearch:
 def build_multi_token_generator(task, models, args):
     """The generator ``FastTranslationTask.build_generator`` returns for a reordered model."""
     if getattr(args, "sampling", False):
-        raise ValueError("--sampling is not supported by the multi-token beam search; drop it")
+        raise OptionError("--sampling is not supported by the multi-token beam search; drop it")
     order = getattr(models[0], "generation_order", None) or task.order
     return MultiTokenBeamSearch(
         order, task.target_dictionary, beam_size=getattr(args, "beam", 4),

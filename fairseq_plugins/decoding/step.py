@@ -32,9 +32,10 @@ from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection
+from fairseq_plugins.errors import PluginError
 
 
-class UnsupportedDecoderError(ValueError):
+class UnsupportedDecoderError(PluginError, ValueError):
     """The decoder uses a feature the lean step does not implement; the message says which."""
 
 

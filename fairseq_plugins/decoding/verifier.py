@@ -12,9 +12,10 @@ from torch import Tensor
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.encoder import Encoder
 from fairseq_plugins.decoding.step import DecoderStep, UnsupportedDecoderError
+from fairseq_plugins.errors import PluginError
 
 
-class UnsupportedVerifierError(ValueError):
+class UnsupportedVerifierError(PluginError, ValueError):
     """The model cannot be used as a draft-and-verify verifier; the message says why."""
 
 

@@ -55,6 +55,7 @@ class Generation:
         for m in models:  # fairseq-generate's order: half, move, then prepare
             _place(m, device, fp16)
             m.prepare_for_inference_(cfg)
+        keep_callers_threads(task)
         return cls(task, models, task.build_generator(models, cfg.generation), device, fp16, data)
 
     @classmethod
@@ -71,6 +72,7 @@ class Generation:
         for m in models:
             m.eval()
             _place(m, device, fp16)
+        keep_callers_threads(task)
         generator = task.build_generator(models, GenerationConfig(**generation)) if generation else None
         return cls(task, models, generator, device, fp16, data)
 
@@ -118,6 +120,13 @@ class Generation:
 def _check_exists(checkpoint):
     if not Path(checkpoint).is_file():
         raise EvaluationError(f"checkpoint {checkpoint} does not exist: train it first (scripts/train.sh)")
+
+
+def keep_callers_threads(task):
+    """In-process, a decode runs on the threads its caller set (the benchmark's, distillation's ``--threads``),
+    not on the task's command-line default of one (``decoding/threads.py``)."""
+    if getattr(task.cfg, "cpu_threads", 0) is None:
+        task.cfg.cpu_threads = torch.get_num_threads()
 
 
 def _load(load, checkpoint, data):

@@ -36,10 +36,12 @@ from fairseq.models import ARCH_MODEL_REGISTRY, register_model, register_model_a
 from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.modules import FairseqDropout
 
+from fairseq_plugins.errors import PluginError
+
 logger = logging.getLogger(__name__)
 
 
-class BlockwiseModelError(ValueError):
+class BlockwiseModelError(PluginError, ValueError):
     """A blockwise model cannot be built from these arguments; the message says how to fix it."""
 
 

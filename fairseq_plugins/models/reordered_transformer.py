@@ -25,6 +25,7 @@ from fairseq.models.transformer import TransformerDecoder, TransformerModel, bas
 from fairseq.models.transformer.transformer_legacy import transformer_vaswani_wmt_en_de_big
 
 from fairseq_plugins.orders import get_order, order_from_config
+from fairseq_plugins.errors import PluginError
 
 
 def signed_sinusoid(positions, dim):
@@ -44,7 +45,7 @@ def signed_sinusoid(positions, dim):
 FORMAT_VERSION = 2
 
 
-class ReorderedCheckpointError(ValueError):
+class ReorderedCheckpointError(PluginError, ValueError):
     """A checkpoint this version of the plugin cannot decode correctly; the message says what to do."""
 
 

@@ -30,9 +30,10 @@ from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_
 from fairseq.models.transformer import TransformerDecoder, base_architecture
 
 from fairseq_plugins.models.nar_drafter import drafter_input, drafter_output
+from fairseq_plugins.errors import PluginError
 
 
-class ShallowDrafterError(ValueError):
+class ShallowDrafterError(PluginError, ValueError):
     """The shallow drafter cannot be built or used this way; the message says how to fix it."""
 
 

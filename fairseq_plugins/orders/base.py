@@ -20,11 +20,13 @@ from functools import lru_cache
 
 import torch
 
+from fairseq_plugins.errors import PluginError
+
 ABLATIONS = ("vanilla_mask", "vanilla_positions", "middle_to_side", "independent_directions")
 ORDERS = {}  # name -> GenerationOrder subclass, in registration order (the task's --target-order choices)
 
 
-class OrderError(ValueError):
+class OrderError(PluginError, ValueError):
     """Inconsistent order options: the message says what is wrong and how to fix it."""
 
 

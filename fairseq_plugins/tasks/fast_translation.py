@@ -20,12 +20,16 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from omegaconf import DictConfig, open_dict
 
+from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
+from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -34,13 +38,15 @@ from fairseq_plugins.decoding.dedup import dedup_hypothesis
 from fairseq_plugins.decoding.drafters import DRAFTERS, check_block_size
 from fairseq_plugins.decoding.engine import build_draft_verify_generator
 from fairseq_plugins.decoding.report import summary_line
+from fairseq_plugins.decoding.threads import choose_cpu_threads
 from fairseq_plugins.orders import (ABLATIONS, ORDER_NAMES, OrderError, order_from_config, order_signature_of_config,
                                     order_signature_of_model)
+from fairseq_plugins.errors import PluginError
 
 logger = logging.getLogger(__name__)
 
 
-class FastTranslationOptionError(ValueError):
+class FastTranslationOptionError(PluginError, ValueError):
     """Inconsistent options: the message says what is wrong and how to fix it."""
 
 
@@ -83,6 +89,14 @@ class FastTranslationConfig(TranslationConfig):
         default="lean", metadata={"help": "beam search of a left-to-right model without --drafter: 'lean' (the "
                                   "plugin's, identical output, faster; options it lacks fall back to fairseq's with "
                                   "a log line) or 'fairseq' (fairseq's own SequenceGenerator)"})
+    # ---- the run (issue 49) ----
+    cpu_threads: Optional[int] = field(
+        default=None, metadata={"help": "threads of a decode on the CPU (unset: OMP_NUM_THREADS if set, else 1: "
+                                "torch's default of one per core slows down many times when another process "
+                                "shares the cores)"})
+    no_verify_shipped: bool = field(
+        default=False, metadata={"help": "load a checkpoint of a models/ folder without checking it against its "
+                                 "MANIFEST.json's sha256 and the data folder's dictionaries against its own"})
     # ---- warm start (issue: order quality) ----
     init_from_l2r: Optional[str] = field(
         default=None, metadata={"help": "initialise a reordered_transformer from a trained left-to-right "
@@ -94,12 +108,20 @@ class FastTranslationConfig(TranslationConfig):
 class FastTranslationTask(TranslationTask):
     cfg: FastTranslationConfig
 
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        check_data_folder(cfg)
+        return super().setup_task(cfg, **kwargs)
+
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         add_missing_defaults(cfg)
         validate_options(cfg)
         self._batch_iterator = None  # the last one made: its end is the end of a fairseq-generate run
         self._summarised = set()
+        self._building_model = False  # TranslationTask.build_model builds the --eval-bleu generator of a training
+        self._interactive_lines = 0  # the fairseq-interactive input lines read so far
+        self._constraints = None
 
     # ---- training: reorder the target side ----
     @property
@@ -116,7 +138,11 @@ class FastTranslationTask(TranslationTask):
             self.datasets[split] = ReorderedLanguagePairDataset(self.datasets[split], order)
 
     def build_model(self, cfg, from_checkpoint=False):
-        model = super().build_model(cfg, from_checkpoint=from_checkpoint)
+        self._building_model = True
+        try:
+            model = super().build_model(cfg, from_checkpoint=from_checkpoint)
+        finally:
+            self._building_model = False
         if getattr(model, "is_nar_drafter", False):
             raise FastTranslationOptionError(
                 "this checkpoint is a NAR drafter (--task nar_drafter), not a translation model: pass it as "
@@ -133,6 +159,8 @@ class FastTranslationTask(TranslationTask):
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
         order = decoding_order(models, self.cfg)
         check_double_topk(self.cfg, order, given=True)
+        self._choose_threads(models)
+        self._constraints = getattr(args, "constraints", None)
         if self.cfg.drafter is not None:
             if order is not None:
                 raise FastTranslationOptionError(
@@ -154,6 +182,31 @@ class FastTranslationTask(TranslationTask):
         return build_beam_generator(self, models, args, fairseq_generator, seq_gen_cls=seq_gen_cls,
                                     extra_gen_cls_kwargs=extra_gen_cls_kwargs,
                                     prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+
+    def _choose_threads(self, models):
+        """A decode on the CPU (not a training's --eval-bleu generator): threads.choose_cpu_threads, logged once."""
+        on_cpu = all(next(m.parameters()).device.type == "cpu" for m in models)
+        if on_cpu and not self._building_model:
+            line = choose_cpu_threads(self.cfg.cpu_threads)
+            if line not in _LOGGED:
+                _LOGGED.add(line)
+                logger.info(line)
+
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        """fairseq-interactive's lines (one buffer of them): a line that is not UTF-8 (read with surrogates,
+        compat.py) is reported on stderr with its line number and left out; the run goes on."""
+        first, self._interactive_lines = self._interactive_lines + 1, self._interactive_lines + len(lines)
+        bad = [i for i, line in enumerate(lines) if not is_utf8(line)]
+        if bad and self._constraints:
+            raise FastTranslationOptionError(
+                f"input line {first + bad[0]} is not valid UTF-8: with --constraints no line can be left out (its "
+                "constraints would go to another line); fix the input (e.g. iconv -c -f utf-8 -t utf-8)")
+        for i in bad:
+            print(f"input line {first + i}: not valid UTF-8, skipped (the output's ids count the lines translated)",
+                  file=sys.stderr, flush=True)
+        skipped = set(bad)
+        lines[:] = [line for i, line in enumerate(lines) if i not in skipped]  # fairseq prints lines[id]: in place
+        return super().get_interactive_tokens_and_lengths(lines, encode_fn)
 
     def get_batch_iterator(self, *args, **kwargs):
         self._batch_iterator = super().get_batch_iterator(*args, **kwargs)
@@ -189,6 +242,17 @@ class FastTranslationTask(TranslationTask):
         logger.info(summary_line(stats))
 
 
+_LOGGED = set()  # the thread choice is logged once per process
+
+
+def is_utf8(line: str) -> bool:
+    try:
+        line.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # lone surrogates: undecodable bytes read with errors="surrogateescape"
+        return False
+
+
 def add_missing_defaults(cfg):
     """A config saved before an option existed (a checkpoint's task config, which decoding in-process
     reuses) gets the option's default, so a drafter added since decodes with older checkpoints."""
@@ -220,6 +284,29 @@ def decoding_order(models, cfg):
         raise FastTranslationOptionError("the checkpoints of this ensemble were trained with different orders: "
                                          + ", ".join(sorted(o.signature for o in orders)))
     return orders.pop() if orders else None
+
+
+def check_data_folder(cfg):
+    """The data folder holds fairseq-preprocess's dictionaries (``dict.<lang>.txt``) and tells its languages:
+    what fairseq would report as "Could not infer language pair" or a missing file, said with its fix."""
+    paths = utils.split_paths(cfg.data) if cfg.data else []
+    if not paths:
+        return
+    folder = Path(paths[0])
+    made_by = "give the folder fairseq-preprocess wrote (its dict.<lang>.txt and <split>.<src>-<tgt>.* files)"
+    if not folder.is_dir():
+        raise FastTranslationOptionError(f"the data folder {folder} does not exist: {made_by}")
+    langs = (cfg.source_lang, cfg.target_lang)
+    wanted = [f"dict.{lang}.txt" for lang in langs] if all(langs) else ["dict.*.txt"]
+    missing = [name for name in wanted if next(folder.glob(name), None) is None]
+    if missing:
+        inner = next((p.parent for p in sorted(folder.glob("*/dict.*.txt"))), None)
+        hint = f" ({inner} is probably meant)" if inner is not None else ""
+        raise FastTranslationOptionError(f"the data folder {folder} has no {', '.join(missing)}: {made_by}{hint}")
+    if not all(langs) and all(lang is None for lang in data_utils.infer_language_pair(str(folder))):
+        raise FastTranslationOptionError(
+            f"the data folder {folder} has no <split>.<src>-<tgt>.<lang>.idx file to read the languages from: pass "
+            "--source-lang and --target-lang (the <lang> of its dict.<lang>.txt files)")
 
 
 def validate_options(cfg):

@@ -25,11 +25,12 @@ from omegaconf import II
 from fairseq_plugins.data.mask_dictionary import MASK_SYMBOL, with_mask
 from fairseq_plugins.data.nar_drafter_batch import STATE_KEY, drafter_sample
 from fairseq_plugins.decoding.drafters.base import check_block_size
+from fairseq_plugins.errors import PluginError
 
 logger = logging.getLogger(__name__)
 
 
-class NARDrafterOptionError(ValueError):
+class NARDrafterOptionError(PluginError, ValueError):
     """Options or inputs the drafter task cannot work with; the message says how to fix it."""
 
 

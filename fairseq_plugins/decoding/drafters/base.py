@@ -36,6 +36,7 @@ from fairseq_plugins.decoding.width_policy import draft_lengths
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
+from fairseq_plugins.errors import OptionError, PluginError
 
 if TYPE_CHECKING:
     from fairseq_plugins.decoding.drafters.auto import DrafterChoice
@@ -54,11 +55,11 @@ def block_size_of(cfg, default=DEFAULT_BLOCK_SIZE) -> int:
 def check_block_size(block_size: int) -> int:
     """The one check of ``--block-size`` (drafters and ``--task nar_drafter``)."""
     if block_size < 1:
-        raise ValueError(f"--block-size must be >= 1 (got {block_size})")
+        raise OptionError(f"--block-size must be >= 1 (got {block_size})")
     return block_size
 
 
-class DrafterNotAvailableError(ValueError):
+class DrafterNotAvailableError(PluginError, ValueError):
     """The drafter needs something this run does not have (a trained drafter model, heads)."""
 
 

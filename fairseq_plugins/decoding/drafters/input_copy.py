@@ -42,6 +42,7 @@ from torch import Tensor
 from fairseq_plugins.decoding.drafters.base import (DRAFTERS, BlockDrafter, Draft, DrafterNotAvailableError,
                                                     StepResult, block_size_of)
 from fairseq_plugins.decoding.drafters.source import in_target_ids, source_to_target_map
+from fairseq_plugins.errors import OptionError
 
 _NO_MATCH = -1   # source-side value that never equals an output token (BOS slot)
 MAX_NGRAM = 3   # --copy-ngram's largest value
@@ -69,7 +70,7 @@ class InputCopyDrafter(BlockDrafter):
     def __init__(self, block_size: int, ngram: int, src_to_tgt=None):
         super().__init__(block_size)
         if not 1 <= ngram <= MAX_NGRAM:
-            raise ValueError(f"--copy-ngram must be 1, 2 or 3 (got {ngram})")
+            raise OptionError(f"--copy-ngram must be 1, 2 or 3 (got {ngram})")
         self.q = ngram
         self.src_to_tgt = src_to_tgt  # LongTensor id map, or None when the dictionaries are one
         self.host: Optional[HostAnchors] = None  # the anchors on the host, where reads are free (_prepare)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
+from fairseq_plugins.errors import OptionError
 
 TARGET_LENGTHS = ("max", "greedy_oracle")  # --jacobi-length
 
@@ -53,7 +54,7 @@ class JacobiDrafter(BlockDrafter):
         if variant not in ("pj", "pgj", "hgj"):
             raise ValueError(f"unknown Jacobi variant {variant!r}")
         if length not in TARGET_LENGTHS:
-            raise ValueError(f"--jacobi-length must be one of {', '.join(TARGET_LENGTHS)} (got {length!r})")
+            raise OptionError(f"--jacobi-length must be one of {', '.join(TARGET_LENGTHS)} (got {length!r})")
         super().__init__(block_size)
         self.variant = variant
         self.name = "jacobi_" + variant
@@ -77,7 +78,7 @@ class JacobiDrafter(BlockDrafter):
         self.guess_prob = torch.zeros(bsz, ctx.width, device=ctx.src_tokens.device)
         if self.target_length is not None:
             if ctx.target_length is None:
-                raise ValueError(f"{self.name} needs the target length (--jacobi-length)")
+                raise OptionError(f"{self.name} needs the target length (--jacobi-length)")
             self.length = ctx.target_length.clone()
         else:  # HGJ: parallel up to h = max_len + 1 output positions (then autoregressive)
             self.length = ctx.src_tokens.new_full((bsz,), ctx.max_len + 1)

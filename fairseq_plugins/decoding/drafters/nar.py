@@ -34,9 +34,10 @@ from fairseq_plugins.data.mask_dictionary import check_aligned
 from fairseq_plugins.data.nar_drafter_batch import STATE_KEY, block_input
 from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, DrafterNotAvailableError
 from fairseq_plugins.decoding.step import DecoderStep
+from fairseq_plugins.errors import PluginError
 
 
-class NARDrafterError(ValueError):
+class NARDrafterError(PluginError, ValueError):
     """The drafter checkpoint cannot be used with this verifier/run; the message says why and how to fix it."""
 
 
