@@ -161,17 +161,19 @@ def probe(model, d, device, batch: int, widths: Sequence[int], steps: int, repea
     return out
 
 
-def markdown(size: str, desc: dict, device_name: str, dtype: str, results: Dict[int, Dict[int, dict]],
-             widths: Sequence[int]) -> str:
-    """One size's table: a row per batch size, the plain step's ms and every width's ratio to it."""
-    head = (f"### {size}: {desc['arch']} (d={desc['d']}, ffn {desc['ffn']}, {desc['layers']}+{desc['layers']} "
-            f"layers, {desc['heads']} heads, {desc['vocab']} vocabulary), {device_name} {dtype}\n\n")
+def markdown(records: List[dict]) -> str:
+    """One size's records as a table: a row per batch size, the plain step's ms and every width's ratio to it."""
+    r0 = records[0]
+    head = (f"### {r0['size']}: {r0['arch']} (d={r0['d']}, ffn {r0['ffn']}, {r0['layers']}+{r0['layers']} layers, "
+            f"{r0['heads']} heads, {r0['vocab']} vocabulary), {r0['device']} {r0['dtype']}\n\n")
+    widths = sorted({r["width"] for r in records})
+    cell = {(r["batch"], r["width"]): r for r in records}
     cols = ["batch", "plain step ms"] + [f"m={w}" for w in widths]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for batch, per_width in results.items():
-        plain = per_width[1]["seconds"]
+    for batch in sorted({r["batch"] for r in records}):
+        plain = cell[batch, 1]["median_seconds"]
         cells = [str(batch), "-" if plain is None else f"{plain * 1e3:.3f}"]
-        cells += ["-" if per_width[w]["ratio"] is None else f"{per_width[w]['ratio']:.2f}x" for w in widths]
+        cells += ["-" if cell[batch, w]["ratio"] is None else f"{cell[batch, w]['ratio']:.2f}x" for w in widths]
         lines.append("| " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
 
@@ -210,14 +212,13 @@ def main(argv=None):
             for batch in a.batches:
                 print(f"[cost probe] {size} batch {batch}", flush=True)
                 results[batch] = probe(model, d, device, batch, widths, a.steps, a.repeats)
-        print("\n" + markdown(size, desc, device_name, dtype, results, widths), flush=True)
-        for batch, per_width in results.items():
-            for w, r in per_width.items():
-                records.append(dict(size=size, **desc, batch=batch, width=w, draft_slots=w - 1,
-                                    median_seconds=r["seconds"], ratio=r["ratio"], ratio_range=r["ratio_range"],
-                                    iterations=r["iterations"], steps=a.steps, repeats=a.repeats,
-                                    source_length=SOURCE_LENGTH, device=device_name, dtype=dtype,
-                                    threads=torch.get_num_threads(), torch=torch.__version__))
+        mine = [dict(size=size, **desc, batch=batch, width=w, draft_slots=w - 1, median_seconds=r["seconds"],
+                     ratio=r["ratio"], ratio_range=r["ratio_range"], iterations=r["iterations"], steps=a.steps,
+                     repeats=a.repeats, source_length=SOURCE_LENGTH, device=device_name, dtype=dtype,
+                     threads=torch.get_num_threads(), torch=torch.__version__)
+                for batch, per_width in results.items() for w, r in per_width.items()]
+        print("\n" + markdown(mine), flush=True)
+        records += mine
         if a.out:  # after every size: a run stopped later keeps the sizes it finished
             with AtomicWriter(a.out) as f:
                 f.writelines(json.dumps(r) + "\n" for r in records)
