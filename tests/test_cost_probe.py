@@ -73,4 +73,4 @@ def test_width_m_scores_m_columns_and_takes_the_plain_steps_calls(monkeypatch):
 def test_options_without_the_plain_step_are_refused(capsys):
     with pytest.raises(SystemExit):
         vc.main(["--widths", "2", "4"])
-    assert "--widths must include 1" in capsys.readouterr().err
+    assert "include 1: the plain step" in capsys.readouterr().err

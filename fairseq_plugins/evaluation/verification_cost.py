@@ -131,13 +131,17 @@ def at_width(seen, width: int) -> List[float]:
     return [t for (slots, _), times in seen.items() if slots == width - 1 for t in times]
 
 
+def check_widths(widths: Sequence[int]):
+    if 1 not in widths or min(widths) < 1:
+        raise ValueError("--widths must be >= 1 and include 1: the plain step every ratio is taken to")
+
+
 def probe(model, d, device, batch: int, widths: Sequence[int], steps: int, repeats: int) -> Dict[int, dict]:
     """Per width: ``seconds`` (median interval), ``ratio`` (to the plain step, interleaved rounds),
     ``ratio_range`` (the rounds' least and greatest) and ``iterations`` (intervals timed at the width)."""
     from fairseq_plugins.evaluation.iteration_intervals import iteration_intervals
 
-    if 1 not in widths:
-        raise ValueError("the widths must include 1, the plain step every ratio is taken to")
+    check_widths(widths)
     sample = random_sample(d, batch, device)
     runners = {w: ProbeRunner(engine(model, d, w, steps), model, sample, device) for w in widths}
     for runner in runners.values():  # the warm-up: kernels chosen and built, caches filled
@@ -192,13 +196,12 @@ def main(argv=None):
     ap.add_argument("--out", help="a JSONL file: one record per size, batch and width (rewritten after every size)")
     a = ap.parse_args(argv)
     widths = sorted(set(a.widths))
-    if 1 not in widths:
-        ap.error("--widths must include 1: the plain step every ratio is taken to")
-    if min(widths) < 1 or min(a.batches) < 1 or a.repeats < 1:
-        ap.error("--widths, --batches and --repeats must be >= 1")
+    if min(a.batches) < 1 or a.repeats < 1:
+        ap.error("--batches and --repeats must be >= 1")
     if not 2 <= a.steps <= 900:
         ap.error("--steps must be between 2 and 900 (the models' 1,024 positions hold the draft too)")
     try:
+        check_widths(widths)
         device, dtype = device_setup(a.device)
     except ValueError as err:
         ap.error(str(err))
