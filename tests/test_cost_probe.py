@@ -74,3 +74,25 @@ def test_options_without_the_plain_step_are_refused(capsys):
     with pytest.raises(SystemExit):
         vc.main(["--widths", "2", "4"])
     assert "include 1: the plain step" in capsys.readouterr().err
+
+
+def test_gpu_evidence_step_reports_the_probe(tmp_path):
+    """The speed part's step (here its CPU dry-run sizes): the tables in summary.md, every record in
+    results.jsonl, the probe's own JSONL in the logs that the tarball carries; nothing more under OUT."""
+    import argparse
+    import time
+
+    from fairseq_plugins.offline import evidence
+
+    args = argparse.Namespace(device="cpu", deadline=600, start=time.time(), work=str(tmp_path / "work"),
+                              out=str(tmp_path / "out"), part="speed")
+    ev = evidence.Evidence(args)
+    ev.step("cost probe", "cost_probe", ev.cost_probe)
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "#### tiny: transformer_fast_tiny" in summary and "| batch | plain step ms | m=1 | m=3 |" in summary
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["step"], r["batch"], r["width"]) for r in rows) == [
+        ("cost probe", b, w) for b in (1, 2) for w in (1, 3)]
+    assert all(r["iterations"] > 0 for r in rows)
+    assert len((tmp_path / "work" / "logs" / "cost_probe.jsonl").read_text().splitlines()) == 4
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.jsonl", "summary.md"]

@@ -43,9 +43,10 @@ BENCH_ROWS = ("reference.json", "orders.json", "gad.json")  # configs/benchmark/
 RESERVE = 15.0  # seconds kept for the logs tarball, the summary and the limit check
 MIN_SECONDS = {"environment": 0, "bootstrap": 40, "gpu_check": 40, "cost_probe": 20, "benchmark": 30, "stage1": 60,
                "distill": 20, "stage2": 60, "export": 10, "test_bleu": 15, "pack": 10}  # the least time in which a step yields anything
-# scripts/cost_probe.py in the speed part: every size, batch 1, 8 and 32, widths 1 2 4 8 11, in fp16 on the GPU (about a
-# minute: 45 cells of 4 passes of 24 iterations); on a CPU dry run the tiny model only, at batch 1 and 2, widths 1 and 3
-COST_PROBE = {"cuda": ["--sizes", "tiny", "base", "big", "--batches", "1", "8", "32", "--steps", "24", "--repeats", "3"],
+# scripts/cost_probe.py in the speed part: every size, batch 1, 8 and 32, widths 1 2 4 8 11, in fp16 on the GPU (45 cells
+# of 5 passes of 25 iterations: ~5,600 iterations, 20-45 s at 4-8 ms each, plus ~15 s of imports, models and CUDA's
+# start: about a minute, not measured on a GPU yet); on a CPU dry run the tiny model only, batch 1 and 2, widths 1 and 3
+COST_PROBE = {"cuda": ["--sizes", "tiny", "base", "big", "--batches", "1", "8", "32", "--steps", "24", "--repeats", "4"],
               "cpu": ["--sizes", "tiny", "--batches", "1", "2", "--widths", "1", "3", "--steps", "4", "--repeats", "2"]}
 COST_PROBE_SECONDS = 90  # stopped after this: the sizes it finished are in its JSONL (rewritten after every size)
 
