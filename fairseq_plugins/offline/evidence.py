@@ -303,18 +303,19 @@ class Evidence:
         """scripts/cost_probe.py (``COST_PROBE``): one engine iteration verifying a draft of width m against
         a plain step, on random weights at the papers' sizes.  Its JSONL goes into the logs tarball (an
         OUT file would take a model archive's slot), its records into results.jsonl, its tables into summary.md."""
+        from fairseq_plugins.evaluation.verification_cost import markdown
+
         jsonl = self.logs / "cost_probe.jsonl"
         cmd = [sys.executable, "-m", "scripts.cost_probe", *COST_PROBE["cuda" if self.cuda else "cpu"],
                "--device", self.device, "--out", jsonl]
-        from fairseq_plugins.evaluation.verification_cost import markdown
-
         rc, _ = self.checked("cost_probe", cmd, limit=COST_PROBE_SECONDS)
         records = [json.loads(line) for line in jsonl.read_text().splitlines()] if jsonl.exists() else []
         if not records:
-            raise RuntimeError(f"stopped after {COST_PROBE_SECONDS} s before the first size was measured")
+            raise RuntimeError(f"stopped (after {COST_PROBE_SECONDS} s or at the deadline) before the first size was measured")
         sizes = dict.fromkeys(r["size"] for r in records)
         tables = "\n".join(markdown([r for r in records if r["size"] == size]) for size in sizes)
-        note = "" if rc == 0 else f"\n\nStopped after {COST_PROBE_SECONDS} s; the sizes above are what it finished."
+        note = "" if rc == 0 else (f"\n\nStopped (after {COST_PROBE_SECONDS} s or at the deadline); the sizes above "
+                                   "are what it finished.")
         self.report.add("cost probe (scripts/cost_probe.py): an iteration of width m in plain steps",
                         tables.replace("### ", "#### ") + note, [dict(r, step="cost probe") for r in records])
 
