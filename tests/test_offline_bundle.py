@@ -114,6 +114,10 @@ def test_dry_run_both_parts(offline_bundle, shipped, tmp_path):
     lossless = [r for r in bench if "Jacobi" in r["method"] or "IAD" in r["method"]]
     assert lossless and all(r["identical_to_greedy"] == 1.0 for r in lossless)
     assert any(r["step"] == "gpu_check" and r["finished"] for r in rows)
+    probe = [r for r in rows if r["step"] == "cost probe"]  # the dry run's: tiny, batch 1 and 2, widths 1 and 3
+    assert sorted((r["size"], r["batch"], r["width"]) for r in probe) == [("tiny", b, w) for b in (1, 2) for w in (1, 3)]
+    assert all(r["iterations"] > 0 and r["dtype"] == "fp32" for r in probe)
+    assert "#### tiny: transformer_fast_tiny" in summary and "| batch | plain step ms | m=1 | m=3 |" in summary
     bleu = {(r["model"], r["beam"]): r for r in rows if r["step"] == "test_bleu"}
     assert set(bleu) == {("l2r_kd", 1), ("l2r_kd", 4), ("ibdecoder", 1), ("ibdecoder", 4)}
     assert bleu[("l2r_kd", 4)]["gap_to_l2r_kd"] == 0.0
@@ -140,7 +144,7 @@ def test_deadline_skips_and_says_so(offline_bundle, shipped, tmp_path):
     evidence(offline_bundle, out, "speed", "--deadline", "1", "--models-dir", str(shipped), work=tmp_path / "work")
     rows = records(out)
     skipped = {r["step"] for r in rows if r.get("status") == "skipped"}
-    assert {"environment", "bootstrap", "gpu_check", "benchmark reference.json fp32"} <= skipped, skipped
+    assert {"environment", "bootstrap", "gpu_check", "cost probe", "benchmark reference.json fp32"} <= skipped, skipped
     assert "skipped" in (out / "summary.md").read_text()
     assert (out / "logs-speed.tar.gz").exists() and limits.output_problems(out) == []
 

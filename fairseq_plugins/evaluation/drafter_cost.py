@@ -31,22 +31,30 @@ from fairseq_plugins.evaluation.operations import operations
 CLOCK = time.thread_time
 
 
-def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False, encoder_attention=True):
+def random_verifier(vocab, arch="transformer_fast_tiny"):
+    """``(dictionary, model)``: a fairseq ``transformer`` of the architecture ``arch`` (a name of
+    fairseq's architecture registry) with random weights, in eval mode, over a shared dictionary of
+    ``vocab`` symbols (the specials included)."""
     from fairseq.data import Dictionary
+    from fairseq.models import ARCH_CONFIG_REGISTRY
     from fairseq.models.transformer import TransformerModel
 
     import fairseq_plugins  # noqa: F401  (registration)
-    from fairseq_plugins.data.mask_dictionary import with_mask
-    from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter
-    from fairseq_plugins.models.architectures import transformer_fast_tiny
-    from fairseq_plugins.models.shallow_drafter import ShallowDrafterConfig, ShallowDrafterModel
 
     d = Dictionary()
     for i in range(vocab - len(d)):
         d.add_symbol(f"w{i}")
     args = Namespace(share_all_embeddings=True, max_source_positions=1024, max_target_positions=1024)
-    transformer_fast_tiny(args)
-    verifier = TransformerModel.build_model(args, Namespace(source_dictionary=d, target_dictionary=d)).eval()
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return d, TransformerModel.build_model(args, Namespace(source_dictionary=d, target_dictionary=d)).eval()
+
+
+def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False, encoder_attention=True):
+    from fairseq_plugins.data.mask_dictionary import with_mask
+    from fairseq_plugins.decoding.drafters.shallow import ShallowDrafter
+    from fairseq_plugins.models.shallow_drafter import ShallowDrafterConfig, ShallowDrafterModel
+
+    d, verifier = random_verifier(vocab)
     masked = with_mask(d)
     cfg = ShallowDrafterConfig(decoder_layers=layers, draft_vocab=draft_vocab, decoder_ffn_embed_dim=ffn,
                                verifier_features=features, no_encoder_attention=not encoder_attention)

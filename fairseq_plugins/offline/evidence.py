@@ -4,12 +4,14 @@
 
 ``speed``: the environment; the reference models of ``models/`` (or, without them, a short stage-1
 training); the GPU self-check (``scripts/gpu_check.py``: fp32 and fp16 identical-to-greedy shares of
-every lossless generator); the benchmark rows (``scripts/benchmark.py`` with configs/benchmark/*.json)
-in fp16 and fp32 at batch 1 and 32.  ``train``: the convergence run of ``scripts/convergence_run.sh``
-on one device under the GPU recipe (configs/gpu/recipe.json): stage 1, distillation, stage 2 with its
-models as concurrent processes, each stopped by the convergence rule or by the deadline; test BLEU at
-greedy and at each model's beam with the gap to L2R-KD, after the fp16 weights are packed into
-archives (the table can be remade from them, the weights not).
+every lossless generator); the cost probe (``scripts/cost_probe.py``: an iteration verifying a draft
+of width m against a plain step, random weights at tiny, base and big size, batch 1, 8 and 32); the
+benchmark rows (``scripts/benchmark.py`` with configs/benchmark/*.json) in fp16 and fp32 at batch 1
+and 32.  ``train``: the convergence run of ``scripts/convergence_run.sh`` on one device under the GPU
+recipe (configs/gpu/recipe.json): stage 1, distillation, stage 2 with its models as concurrent
+processes, each stopped by the convergence rule or by the deadline; test BLEU at greedy and at each
+model's beam with the gap to L2R-KD, after the fp16 weights are packed into archives (the table can
+be remade from them, the weights not).
 
 Each step checks the time left first and is skipped, with the reason written down, when its least
 time does not fit; a step still running at the deadline is stopped.  After every step OUT holds
@@ -39,8 +41,14 @@ GOLD = REPO / "configs" / "reference" / "convergence_gold.txt"
 KD = REPO / "configs" / "reference" / "convergence_kd.txt"
 BENCH_ROWS = ("reference.json", "orders.json", "gad.json")  # configs/benchmark/
 RESERVE = 15.0  # seconds kept for the logs tarball, the summary and the limit check
-MIN_SECONDS = {"environment": 0, "bootstrap": 40, "gpu_check": 40, "benchmark": 30, "stage1": 60, "distill": 20, "stage2": 60,
-               "export": 10, "test_bleu": 15, "pack": 10}  # the least time in which a step yields anything
+MIN_SECONDS = {"environment": 0, "bootstrap": 40, "gpu_check": 40, "cost_probe": 20, "benchmark": 30, "stage1": 60,
+               "distill": 20, "stage2": 60, "export": 10, "test_bleu": 15, "pack": 10}  # the least time in which a step yields anything
+# scripts/cost_probe.py in the speed part: every size, batch 1, 8 and 32, widths 1 2 4 8 11, in fp16 on the GPU (45 cells
+# of 5 passes of 25 iterations: ~5,600 iterations, 20-45 s at 4-8 ms each, plus ~15 s of imports, models and CUDA's
+# start: about a minute, not measured on a GPU yet); on a CPU dry run the tiny model only, batch 1 and 2, widths 1 and 3
+COST_PROBE = {"cuda": ["--sizes", "tiny", "base", "big", "--batches", "1", "8", "32", "--steps", "24", "--repeats", "4"],
+              "cpu": ["--sizes", "tiny", "--batches", "1", "2", "--widths", "1", "3", "--steps", "4", "--repeats", "2"]}
+COST_PROBE_SECONDS = 90  # stopped after this: the sizes it finished are in its JSONL (rewritten after every size)
 
 
 class Deadline:
@@ -291,6 +299,26 @@ class Evidence:
         self.report.add("GPU self-check (scripts/gpu_check.py)" + (" -- stopped at the deadline" if rc is None else ""),
                         code(body[-6000:]), [{"step": "gpu_check", "output": body[-6000:], "finished": rc == 0}])
 
+    def cost_probe(self):
+        """scripts/cost_probe.py (``COST_PROBE``): one engine iteration verifying a draft of width m against
+        a plain step, on random weights at the papers' sizes.  Its JSONL goes into the logs tarball (an
+        OUT file would take a model archive's slot), its records into results.jsonl, its tables into summary.md."""
+        from fairseq_plugins.evaluation.verification_cost import markdown
+
+        jsonl = self.logs / "cost_probe.jsonl"
+        cmd = [sys.executable, "-m", "scripts.cost_probe", *COST_PROBE["cuda" if self.cuda else "cpu"],
+               "--device", self.device, "--out", jsonl]
+        rc, _ = self.checked("cost_probe", cmd, limit=COST_PROBE_SECONDS)
+        records = [json.loads(line) for line in jsonl.read_text().splitlines()] if jsonl.exists() else []
+        if not records:
+            raise RuntimeError(f"stopped (after {COST_PROBE_SECONDS} s or at the deadline) before the first size was measured")
+        sizes = dict.fromkeys(r["size"] for r in records)
+        tables = "\n".join(markdown([r for r in records if r["size"] == size]) for size in sizes)
+        note = "" if rc == 0 else (f"\n\nStopped (after {COST_PROBE_SECONDS} s or at the deadline); the sizes above "
+                                   "are what it finished.")
+        self.report.add("cost probe (scripts/cost_probe.py): an iteration of width m in plain steps",
+                        tables.replace("### ", "#### ") + note, [dict(r, step="cost probe") for r in records])
+
     def benchmark(self, rows, fp16):
         """One rows file of configs/benchmark/ through scripts/benchmark.py (interleaved timing, CUDA
         synchronised, peak memory) in one dtype; its table and records go into the report."""
@@ -458,6 +486,7 @@ class Evidence:
             if not link.exists():
                 link.symlink_to((shipped if (shipped / "bin").is_dir() else self.data / corpus).resolve())
         self.step("gpu_check", "gpu_check", self.gpu_check)
+        self.step("cost probe", "cost_probe", self.cost_probe)
         if not self.cuda:
             self.report.add("fp16 rows", "skipped: --device cpu (fp16 is timed on the GPU only).")
         # the reference rows in both dtypes first, then the orders' and GAD's rows
