@@ -258,7 +258,6 @@ class LeanBeamSearch:
         the first ``beam`` when no candidate is EOS, ``eos_mask`` None); ``done`` sentences leave the
         batch (``live``: how many stay, host); tokens, scores and the cache follow the chosen rows."""
         cand_scores, cand_indices, cand_beams = cand
-        B = self.beam_size
         cand_rows = cand_beams + state.offsets  # rows in the current numbering
         if live < state.n:
             keep = live_sentences(done, live)
@@ -266,15 +265,7 @@ class LeanBeamSearch:
             eos_mask = None if eos_mask is None else eos_mask[keep]
             state.sent = state.sent.index_select(0, keep)
             state.offsets = state.offsets[:live]
-        if eos_mask is None:  # fairseq's topk of the candidate ranks picks the first beam: the same, without it
-            rows, chosen, active_scores = (t[:, :B].reshape(-1) for t in (cand_rows, cand_indices, cand_scores))
-        else:
-            K = eos_mask.size(1)
-            active_mask = eos_mask.long() * K + state.cand_offsets[:K]
-            active_hypos = torch.topk(active_mask, k=B, dim=1, largest=False)[1]
-            rows = torch.gather(cand_rows, 1, active_hypos).view(-1)
-            chosen = torch.gather(cand_indices, 1, active_hypos).view(-1)
-            active_scores = torch.gather(cand_scores, 1, active_hypos).view(-1)
+        rows, chosen, active_scores = self._survivors(state, cand_rows, cand_indices, cand_scores, eos_mask, step)
         if live < state.n:
             state.tokens = state.tokens.index_select(0, rows)
             state.scores = state.scores.index_select(0, rows)
@@ -286,6 +277,19 @@ class LeanBeamSearch:
             cache.reorder(rows)
         state.tokens[:, step + 1] = chosen
         state.scores[:, step] = active_scores
+
+    def _survivors(self, state: BeamState, cand_rows: Tensor, cand_indices: Tensor, cand_scores: Tensor,
+                   eos_mask: Optional[Tensor], step: int):
+        """fairseq's ``active_hypos`` of the live sentences' candidates ``(n, K)``: the first ``beam``
+        that do not finalise.  -> ``(rows, tokens, scores)`` ``(n*B,)``: the row each survivor continues
+        (current numbering), its token, its running score.  (``evaluation.beam_replay`` records them.)"""
+        B = self.beam_size
+        if eos_mask is None:  # fairseq's topk of the candidate ranks picks the first beam: the same, without it
+            return tuple(t[:, :B].reshape(-1) for t in (cand_rows, cand_indices, cand_scores))
+        K = eos_mask.size(1)
+        active_mask = eos_mask.long() * K + state.cand_offsets[:K]
+        active_hypos = torch.topk(active_mask, k=B, dim=1, largest=False)[1]
+        return tuple(torch.gather(t, 1, active_hypos).view(-1) for t in (cand_rows, cand_indices, cand_scores))
 
 
 # ---- the choice: lean, or fairseq's generator with the reason logged ----
