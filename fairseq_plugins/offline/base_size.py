@@ -228,7 +228,7 @@ class BasePart:
         log = self.ev.logs / "train-gec_base.log"
         updates = trained_updates(self.save)
         losses = train_log.valid_losses(log)
-        stopped = ("the deadline (no checkpoint saved)" if rc is None else
+        stopped = ("the end of its window, before fairseq stopped itself" if rc is None else
                    f"--max-update {self.args.max_update}" if updates is not None and updates >= self.args.max_update
                    else f"--stop-time-hours {stop_hours:.4f} ({stop_hours * 60:.1f} min)")
         self.facts.update(name=MODEL, config=config, corpus=CORPUS, updates=updates,
