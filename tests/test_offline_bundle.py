@@ -325,3 +325,27 @@ def test_base_part_skips_what_does_not_fit(gec_bundle, tmp_path):
     assert not [r for r in rows if r["step"] in ("base table", "base manifest entry")]
     assert "train gec_base: skipped" in (out / "summary.md").read_text()
     assert limits.output_problems(out) == []
+
+
+def test_base_units_merge_into_one_table(tmp_path):
+    """Two units' rows: the fairseq greedy both ran is kept once, an IAD row of one reads × CT2 against
+    the CTranslate2 fp32 greedy of the other, and CTranslate2's outputs are counted where they differ
+    from fairseq's greedy of its own unit."""
+    def row(method, ratio, **kw):
+        return dict({"method": f"gec_base: {method}", "model": "gec_base", "corpus": "gec-en", "group": "gec_base",
+                     "batch_size": 1, "beam": 1, "baseline": False, "backend": "fairseq", "ratio_vs_greedy": ratio,
+                     "peak_mem_mb": None, "hypotheses": None}, **kw)
+
+    (tmp_path / "g.txt").write_text("a b\nc d\ne f\n")
+    (tmp_path / "c.txt").write_text("a b\nc x\ne f\n")
+    ct2_unit = [row("fairseq greedy", 1.0, baseline=True, hypotheses="g.txt"),
+                row("CTranslate2 greedy", 2.0, backend="ctranslate2", compute_type="default", hypotheses="c.txt"),
+                row("CTranslate2 greedy int8", 5.0, backend="ctranslate2", compute_type="int8", hypotheses="g.txt")]
+    base_size.differs_from_fairseq(ct2_unit, tmp_path)
+    assert [r.get("differs_from_fairseq") for r in ct2_unit] == [None, 1, 0]
+    greedy_unit = [row("fairseq greedy", 1.0, baseline=True), row("IAD k=10 q=2", 3.0)]
+    table = base_size.merged(greedy_unit + ct2_unit)
+    assert [r["method"].split(": ")[1] for r in table] == ["fairseq greedy", "IAD k=10 q=2", "CTranslate2 greedy",
+                                                           "CTranslate2 greedy int8"]  # gec.json's order
+    assert next(r for r in table if "IAD" in r["method"])["ratio_vs_ct2"] == 1.5
+    assert "| gec_base | IAD k=10 q=2 | 1 |" in base_size.table(table)

@@ -385,7 +385,7 @@ class BasePart:
             if not mine:
                 continue
             rows = merged([r for u in mine for r in u.results])
-            head = (f"GPU, fp16, one process at a time" if device == "cuda" else
+            head = ("GPU, fp16, one process at a time" if device == "cuda" else
                     f"CPU, fp32, one thread per process, up to {cpu_jobs} processes side by side"
                     + (" while the GPU's units ran" if self.ev.cuda else ""))
             head += (f"; each unit decodes the first max({self.args.base_sentences}, 2 x batch) test sentences, "
@@ -397,7 +397,8 @@ class BasePart:
             lines += [f"- not run: {n}" for n in not_run]
             lines += [f"- {r['method']}, batch {r['batch_size']}: {r['drafter_choice']}" for r in rows if r.get("drafter_choice")]
             self.ev.report.add(f"the base-size table, {device}", head + "\n\n" + table(rows) + "\n\n" + "\n".join(lines),
-                               [dict(r, step="base table", device=device) for r in rows])
+                               [dict(r, step="base table", device=device) for r in rows]
+                               + [u.record() for u in mine if u.status == "skipped"])  # the others were recorded as they ended
 
 
 def differs_from_fairseq(results, hypotheses):
@@ -414,12 +415,15 @@ def differs_from_fairseq(results, hypotheses):
 
 
 def merged(results):
-    """The units' rows as one table: a baseline every unit ran is kept once (the first unit's, which ran
-    first); every other row keeps the ratios of its own unit; the derived ratios are taken again."""
+    """The units' rows as one table in configs/benchmark/gec.json's order (the base model first, by batch
+    size): a baseline several units ran is kept once (the first finished unit's); every other row keeps
+    the ratios of its own unit; the derived ratios (× CT2, × beam 5) are taken again over the table."""
+    from fairseq_plugins.evaluation.bench_rows import load_rows
     from scripts.benchmark import add_derived_ratios
 
+    order = {r["method"]: i for i, r in enumerate(load_rows([ROWS]))}
     seen, out = set(), []
-    for r in results:
+    for r in sorted(results, key=lambda r: (r["model"] != MODEL, r["batch_size"], order.get(r["method"], len(order)))):
         key = (r["method"], r["batch_size"], r["beam"])
         if r["baseline"] and key in seen:
             continue
