@@ -349,3 +349,14 @@ def test_base_units_merge_into_one_table(tmp_path):
                                                            "CTranslate2 greedy int8"]  # gec.json's order
     assert next(r for r in table if "IAD" in r["method"])["ratio_vs_ct2"] == 1.5
     assert "| gec_base | IAD k=10 q=2 | 1 |" in base_size.table(table)
+
+
+def test_base_units_start_with_the_targets_at_batch_1():
+    """Units start in priority order (the deadline stops the last): the base model's greedy unit at batch
+    1 first, then its beam at batch 1 and greedy at batch 8, ..., and the tiny model's after all of them."""
+    batches = [1, 8, 32]
+    units = [base_size.Unit(m, n, "cuda", b, 8) for m in ("gec_tiny", "gec_base") for n in base_size.UNITS for b in batches]
+    order = [(u.model, u.name, u.batch) for u in sorted(units, key=lambda u: base_size.priority(u, batches))]
+    assert order[:5] == [("gec_base", "greedy", 1), ("gec_base", "beam", 1), ("gec_base", "greedy", 8),
+                         ("gec_base", "drafters", 1), ("gec_base", "beam", 8)]
+    assert {m for m, _, _ in order[:12]} == {"gec_base"} and order[-1] == ("gec_tiny", "ctranslate2", 32)

@@ -94,10 +94,10 @@ class Unit:
 
 
 def priority(unit, batches):
-    """The base model before the tiny one; then greedy at batch 1, then the beam at batch 1 and greedy
+    """The base model before the tiny one; then greedy at batch 1, then the beam at batch 1 before greedy
     at the next batch size, ...: the issue's targets are at batch 1, ``auto``'s at every batch size."""
-    rank = list(UNITS).index(unit.name)
-    return (unit.model != MODEL, rank + batches.index(unit.batch), rank)
+    rank, step = list(UNITS).index(unit.name), batches.index(unit.batch)
+    return (unit.model != MODEL, rank + step, step)
 
 
 def test_subset(corpus, root, n):
@@ -279,10 +279,14 @@ class BasePart:
     def plan(self):
         """The units to run, in priority order, and those that cannot run, each with its reason."""
         ev, args = self.ev, self.args
-        models = [MODEL] + ([TINY] if (ev.checkpoints / TINY / "checkpoint_best.pt").exists() else [])
-        not_run = []
-        if TINY not in models:
+        models, not_run = [MODEL], []
+        shipped = Path(args.models_dir) / "data" / CORPUS / "bin" / "dict.en.txt"  # the corpus gec_tiny was measured on
+        if not (ev.checkpoints / TINY / "checkpoint_best.pt").exists():
             not_run.append(f"{TINY}: no models/{TINY}/checkpoint_best.pt")
+        elif shipped.exists() and shipped.read_bytes() != (ev.data / CORPUS / "bin" / "dict.en.txt").read_bytes():
+            not_run.append(f"{TINY}: its dictionary ({shipped}) is not the bundle's gec-en's (another build of the corpus)")
+        else:
+            models.append(TINY)
         names = list(args.base_units)
         why = ctranslate2_missing()
         if why and "ctranslate2" in names:
