@@ -250,6 +250,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
             "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,
             "peak_mem_mb": peak, "mem_vs_greedy": None,
             "device": device, "dtype": "fp16" if fp16 else "fp32",
+            "compute_type": row.get("compute_type", "default") if backend == "ctranslate2" else None,
             "threads": threads, "jobs": jobs, "backend": backend, "baseline": baseline,
             "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
@@ -304,9 +305,10 @@ def add_derived_ratios(results, vs_beam5=()):
                 beam5[key] = r
     for r in results:
         key = (r["corpus"], r["batch_size"], r.get("group", ""))
-        if r["backend"] == "ctranslate2" and r["beam"] == 1:
-            # the CTranslate2 conversion of the greedy baseline's model when there are several
-            if key not in ct2 or (key in greedy and r["model"] == greedy[key]["model"]):
+        if r["backend"] == "ctranslate2" and r["beam"] == 1 and r.get("compute_type", "default") == "default":
+            # the CTranslate2 conversion of the greedy baseline's model when there are several; its own
+            # compute type (fp32 on the CPU), not an int8 row's: × CT2 is against CTranslate2's exact-weights greedy
+            if key not in ct2 or (key in greedy and r["model"] == greedy[key]["model"] and ct2[key]["model"] != r["model"]):
                 ct2[key] = r
 
     def ratio(a, b):

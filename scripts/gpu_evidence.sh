@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU evidence of issue 32 on an air-gapped GPU machine (docs/GPU.md):
-#   bash scripts/gpu_evidence.sh BUNDLE OUT --part speed|train [--deadline S] [--device cpu|cuda] [...]
+#   bash scripts/gpu_evidence.sh BUNDLE OUT --part speed|train|base [--deadline S] [--device cpu|cuda] [...]
 # Installs the bundle (scripts/offline_bundle.sh) with pip --no-index --no-deps into a temporary
 # folder on PYTHONPATH, never touching the machine's torch, then runs one part
 # (fairseq_plugins/offline/evidence.py; --help lists the dry-run options).  PYTHON picks the interpreter.
 set -euo pipefail
 start=$(date +%s)
 cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { echo "usage: $0 BUNDLE OUT --part speed|train [--deadline S] [--device cpu|cuda]" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 BUNDLE OUT --part speed|train|base [--deadline S] [--device cpu|cuda]" >&2; exit 2; }
 bundle=$(cd "$1" && pwd) out=$2
 shift 2
 [ -f "$bundle/requirements.txt" ] || { echo "error: $bundle is not a bundle (no requirements.txt): build it with scripts/offline_bundle.sh" >&2; exit 2; }

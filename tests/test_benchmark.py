@@ -276,6 +276,21 @@ def test_derived_memory_difference():
     assert results[1].get("ratio_vs_ct2") is None and results[1].get("ratio_vs_beam5") is None
 
 
+def test_ratio_vs_ct2_is_against_ctranslate2s_default_compute_type_not_int8():
+    """× CT2 reads against CTranslate2's greedy on the same weights; an int8 row of the same model,
+    listed after it, must not become the reference (it did: the last CT2 row of the model won)."""
+    def row(method, ratio, **kw):
+        return dict({"method": method, "corpus": "c", "batch_size": 1, "beam": 1, "baseline": False,
+                     "backend": "fairseq", "model": "m", "ratio_vs_greedy": ratio, "peak_mem_mb": None}, **kw)
+
+    results = [row("g", 1.0, baseline=True), row("iad", 3.0),
+               row("ct2", 1.5, backend="ctranslate2", compute_type="default"),
+               row("ct2 int8", 4.0, backend="ctranslate2", compute_type="int8")]
+    benchmark.add_derived_ratios(results)
+    assert results[1]["ratio_vs_ct2"] == 2.0 and results[2]["ratio_vs_ct2"] == 1.0
+    assert results[3]["ratio_vs_ct2"] == pytest.approx(4.0 / 1.5, abs=1e-3)
+
+
 # ----------------------------------------------------------------------------------------------
 # rows files, families, plan checks, the plot's Pareto front
 # ----------------------------------------------------------------------------------------------

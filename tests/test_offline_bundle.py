@@ -6,15 +6,17 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
+from pathlib import Path
 
 import pytest
 import torch
 
 from fairseq_plugins.evaluation.reference_models import ReferenceModels, file_sha256
 from fairseq_plugins.offline import bundle as bundle_mod
-from fairseq_plugins.offline import limits
-from tests.conftest import REPO, run
+from fairseq_plugins.offline import base_size, limits
+from tests.conftest import REPO, cached, run
 
 DRY_TRAIN, DRY_TEST = 60, 4  # sentences of the dry run's corpora
 
@@ -214,3 +216,151 @@ def test_a_distilled_corpus_travels_with_its_teacher(tmp_path, tiny_model):
     with pytest.raises(bundle_mod.BundleError, match="names the teacher"):
         bundle_mod.copy_corpora(tmp_path / "data", tmp_path / "bundle2")
     assert not (tmp_path / "bundle2" / "en-de-distilled").exists()  # nothing half-copied
+
+
+# ---- the base part (issue 48) ----
+GEC_STDLIB = ("argparse.py", "subprocess.py", "typing.py")  # a few hundred sentences, built in seconds
+TINY_BASE = ("--arch transformer_fast_tiny --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
+             "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+             "--encoder-attention-heads 2 --decoder-attention-heads 2 --max-tokens 256")
+
+
+@pytest.fixture(scope="module")
+def gec_bundle(tmp_path_factory):
+    """A bundle's data as ``offline_bundle.sh DIR --corpora gec-en`` leaves it: a small gec-en built by
+    scripts/build_gec_corpus.py from a few standard-library modules.  No wheels: the base part runs on
+    this Python's fairseq (the install path is test_dry_run_both_parts')."""
+    def build(out):
+        stdlib = out / "stdlib"
+        stdlib.mkdir()
+        for name in GEC_STDLIB:
+            shutil.copy(Path(sysconfig.get_paths()["stdlib"]) / name, stdlib / name)
+        run([sys.executable, "-m", "scripts.build_gec_corpus", "--out", str(out / "gec-en"), "--stdlib", str(stdlib),
+             "--test-size", "6", "--valid-size", "4", "--vocab-size", "300", "--train-copies", "2", "--workers", "1"],
+            cwd=REPO)
+
+    data = cached("gec-dry", [GEC_STDLIB, file_sha256(REPO / "scripts" / "build_gec_corpus.py")], build)
+    dest = tmp_path_factory.mktemp("gec-bundle")
+    found = bundle_mod.copy_corpora(data, dest / "data", ["gec-en"])
+    assert found["gec-en"] == {"from": str((data / "gec-en").resolve())} and found["en-de"]["left_out"]
+    return dest
+
+
+def base_part(bundle, out, work, *extra):
+    """The base part as gpu_evidence.sh runs it, on the CPU with a tiny architecture and 2 updates."""
+    return run([sys.executable, "-m", "fairseq_plugins.offline.evidence", "--bundle", str(bundle), "--out", str(out),
+                "--part", "base", "--device", "cpu", "--work", str(work), "--max-update", "2", "--runs", "1",
+                "--base-sentences", "2", "--base-cpu-batch-sizes", "2", "--base-units", "greedy", "--base-cpu-jobs", "1",
+                "--train-args", TINY_BASE, *extra], cwd=REPO)
+
+
+def test_gec_en_travels_without_its_train_text(tmp_path):
+    """--corpora gec-en: the bundle carries gec-en's bin/, test/valid text and subword model, nothing of
+    the corpora left out, and says which were left out."""
+    src = tmp_path / "data" / "gec-en"
+    (src / "bin").mkdir(parents=True)
+    for name in ("bin/train.gec-en.en.bin", "test.en", "test.gec", "valid.en", "spm.model", "subword", "train.en"):
+        (src / name).write_text(name)
+    (tmp_path / "data" / "typo-en" / "bin").mkdir(parents=True)
+    found = bundle_mod.copy_corpora(tmp_path / "data", tmp_path / "bundle", ["gec-en"])
+    assert found["gec-en"] == {"from": str(src.resolve())}
+    assert found["typo-en"]["left_out"] and not (tmp_path / "bundle" / "typo-en").exists()
+    copied = sorted(str(p.relative_to(tmp_path / "bundle" / "gec-en")) for p in (tmp_path / "bundle" / "gec-en").rglob("*")
+                    if p.is_file())
+    assert copied == ["bin/train.gec-en.en.bin", "spm.model", "subword", "test.en", "test.gec", "valid.en"]
+    with pytest.raises(bundle_mod.BundleError, match="--corpora takes"):
+        bundle_mod.copy_corpora(tmp_path / "data", tmp_path / "bundle2", ["gec"])
+
+
+def test_base_units_cover_every_gec_row_with_the_baselines_it_is_timed_against():
+    methods = {r["method"] for r in json.loads(base_size.ROWS.read_text())}
+    assert set().union(*base_size.UNITS.values()) == methods
+    for name, unit in base_size.UNITS.items():
+        assert "fairseq greedy" in unit, name
+        if any("beam 5" in m for m in unit):
+            assert "fairseq beam 5" in unit, name
+        if any(m.startswith(("IAD", "Jacobi", "auto", "engine greedy (A/A")) for m in unit):
+            assert "engine greedy" in unit, name
+
+
+def test_base_part_dry_run(gec_bundle, tmp_path):
+    """The base part end to end on the CPU: the model trained (tiny here) and saved at its stop, packed,
+    scored on the whole test set, its manifest entry, and the benchmark unit's rows in the base table."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    base_part(gec_bundle, out, work, "--deadline", "400", "--bench-reserve", "60")
+    rows = records(out)
+    assert not [r for r in rows if r.get("status") in ("skipped", "failed", "stopped")], rows
+    train = next(r for r in rows if r["step"] == "train gec_base")
+    assert train["updates"] == 2 and train["stopped"] == "--max-update 2" and train["valid_loss"] is not None
+    assert train["command"].startswith("fairseq-train DATA/gec-en/bin --user-dir fairseq_plugins")
+    assert "--arch transformer " in train["command"] and "--stop-time-hours" in train["command"]
+    packed = work / "checkpoints" / "gec_base" / "checkpoint_best.pt"
+    state = torch.load(packed, map_location="cpu", weights_only=False)
+    assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {torch.float16}
+    bleu = next(r for r in rows if r["step"] == "test BLEU gec_base")
+    assert bleu["sentences"] == 6  # the whole test set
+    entry = next(r for r in rows if r["step"] == "base manifest entry")
+    assert entry["sha256"] == file_sha256(packed) and entry["test_bleu"] == bleu["bleu"]
+    assert entry["updates"] == 2 and entry["shipped"].startswith("not shipped: too large")
+    assert entry["corpus_sha256"] == (gec_bundle / "data" / "gec-en" / "corpus.sha256").read_text().split()[0]
+    units = [r for r in rows if r["step"] == "base benchmark unit"]
+    assert [(u["unit"], u["status"], u["sentences"]) for u in units] == [("gec_base greedy cpu batch 2", "done", 4)]
+    table = [r for r in rows if r["step"] == "base table"]
+    assert {r["method"] for r in table} == {f"gec_base: {m}" for m in base_size.UNITS["greedy"]}
+    assert all(r["batch_size"] == 2 and r["threads"] == 1 and r["sentences"] == 4 for r in table)
+    lossless = [r for r in table if not r["baseline"]]
+    assert lossless and all(r["identical_to_greedy"] == 1.0 for r in lossless)
+    assert all(r["ratio_vs_engine_greedy"] for r in table if r["method"].endswith(("IAD k=10 q=2", "auto")))
+    summary = (out / "summary.md").read_text()
+    assert "### the base-size table, cpu" in summary and "| gec_base | IAD k=10 q=2 | 2 | 4 |" in summary
+    assert "not run: the GPU's units (fp16): --device cpu" in summary
+    assert (out / "logs-base.tar.gz").exists() and limits.output_problems(out) == []
+
+
+def test_base_part_skips_what_does_not_fit(gec_bundle, tmp_path):
+    """A deadline that leaves less than the training's least time once the measurements' reserve is kept:
+    the training is skipped with that reason, and the steps that need its checkpoint say why they did not run."""
+    out = tmp_path / "out"
+    base_part(gec_bundle, out, tmp_path / "work", "--deadline", "45", "--bench-reserve", "25")
+    rows = records(out)
+    reasons = {r["step"]: r.get("reason") for r in rows if r.get("status") == "skipped"}
+    assert "--bench-reserve" in reasons["train gec_base"] and "needs at least 60 s" in reasons["train gec_base"]
+    assert "did not save one" in reasons["pack gec_base"]
+    assert not [r for r in rows if r["step"] in ("base table", "base manifest entry")]
+    assert "train gec_base: skipped" in (out / "summary.md").read_text()
+    assert limits.output_problems(out) == []
+
+
+def test_base_units_merge_into_one_table(tmp_path):
+    """Two units' rows: the fairseq greedy both ran is kept once, an IAD row of one reads × CT2 against
+    the CTranslate2 fp32 greedy of the other, and CTranslate2's outputs are counted where they differ
+    from fairseq's greedy of its own unit."""
+    def row(method, ratio, **kw):
+        return dict({"method": f"gec_base: {method}", "model": "gec_base", "corpus": "gec-en", "group": "gec_base",
+                     "batch_size": 1, "beam": 1, "baseline": False, "backend": "fairseq", "ratio_vs_greedy": ratio,
+                     "peak_mem_mb": None, "hypotheses": None}, **kw)
+
+    (tmp_path / "g.txt").write_text("a b\nc d\ne f\n")
+    (tmp_path / "c.txt").write_text("a b\nc x\ne f\n")
+    ct2_unit = [row("fairseq greedy", 1.0, baseline=True, hypotheses="g.txt"),
+                row("CTranslate2 greedy", 2.0, backend="ctranslate2", compute_type="default", hypotheses="c.txt"),
+                row("CTranslate2 greedy int8", 5.0, backend="ctranslate2", compute_type="int8", hypotheses="g.txt")]
+    base_size.differs_from_fairseq(ct2_unit, tmp_path)
+    assert [r.get("differs_from_fairseq") for r in ct2_unit] == [None, 1, 0]
+    greedy_unit = [row("fairseq greedy", 1.0, baseline=True), row("IAD k=10 q=2", 3.0)]
+    table = base_size.merged(greedy_unit + ct2_unit)
+    assert [r["method"].split(": ")[1] for r in table] == ["fairseq greedy", "IAD k=10 q=2", "CTranslate2 greedy",
+                                                           "CTranslate2 greedy int8"]  # gec.json's order
+    assert next(r for r in table if "IAD" in r["method"])["ratio_vs_ct2"] == 1.5
+    assert "| gec_base | IAD k=10 q=2 | 1 |" in base_size.table(table)
+
+
+def test_base_units_start_with_the_targets_at_batch_1():
+    """Units start in priority order (the deadline stops the last): the base model's greedy unit at batch
+    1 first, then its beam at batch 1 and greedy at batch 8, ..., and the tiny model's after all of them."""
+    batches = [1, 8, 32]
+    units = [base_size.Unit(m, n, "cuda", b, 8) for m in ("gec_tiny", "gec_base") for n in base_size.UNITS for b in batches]
+    order = [(u.model, u.name, u.batch) for u in sorted(units, key=lambda u: base_size.priority(u, batches))]
+    assert order[:5] == [("gec_base", "greedy", 1), ("gec_base", "beam", 1), ("gec_base", "greedy", 8),
+                         ("gec_base", "drafters", 1), ("gec_base", "beam", 8)]
+    assert {m for m, _, _ in order[:12]} == {"gec_base"} and order[-1] == ("gec_tiny", "ctranslate2", 32)

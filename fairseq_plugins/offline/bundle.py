@@ -9,8 +9,8 @@ runtime, bitarray or cffi, and no network.  The bundle holds
   for the target's set only once ``models/`` nears its budget).  PyPI has only an sdist of fairseq-fixed and of the antlr4
   runtime: fairseq is built per Python from its sdist without its torch C++ extensions
   (scripts/offline/fairseq_wheel_setup.py says why that suffices), antlr4 as one pure-Python wheel;
-- ``data/<corpus>/``: the binarized corpora with their test/valid text and subword model (``--data``),
-  or in MANIFEST.json the command that builds a missing one;
+- ``data/<corpus>/``: the binarized corpora with their test/valid text and subword model (``--data``;
+  ``--corpora``: only these), or in MANIFEST.json the command that builds a missing one;
 - ``MANIFEST.json``: every file's size and sha256, the requirements, the corpora, and the reference
   models of ``models/`` (tracked: they travel with the working tree, so they are listed, not copied);
 - ``requirements.txt``: what scripts/gpu_evidence.sh installs (``pip install --no-index --no-deps``).
@@ -38,10 +38,11 @@ REPO = Path(__file__).resolve().parents[2]
 FAIRSEQ = ("fairseq-fixed", "0.12.3.1")
 DEPENDENCIES = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "bitarray", "cffi", "pycparser")
 SDIST_ONLY = ("antlr4-python3-runtime",)  # no wheel on PyPI: one pure-Python wheel built here serves every Python
-CORPORA = ("en-de", "en-de-distilled", "typo-en")
+CORPORA = ("en-de", "en-de-distilled", "typo-en", "gec-en")  # gec-en: the base part's (offline/base_size.py)
 TEACHER = "teacher.pt"  # in a distilled corpus's folder: the checkpoint its distill.json names
 CORPUS_COMMANDS = {"en-de": "python -m scripts.build_message_corpus --pair en-de --out {data}/en-de",
                    "typo-en": "python -m scripts.build_typo_corpus --out {data}/typo-en",
+                   "gec-en": "python -m scripts.build_gec_corpus --out {data}/gec-en",
                    "en-de-distilled": "built by the train part (scripts.distill) from the trained baseline"}
 TARGET = {"python": "3.12", "abi": "cp312",
           "platforms": ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]}
@@ -169,12 +170,18 @@ def wheels(dest, reqs, python312, local_only, with_local=False):
     return sorted(pythons)
 
 
-def copy_corpora(data, dest):
-    """{corpus: where it came from or the command that builds it}; text of the train split stays home
-    (training reads the binarized split)."""
+def copy_corpora(data, dest, names=CORPORA):
+    """{corpus: where it came from, the command that builds it, or that it was left out}; text of the
+    train split stays home (training reads the binarized split).  ``names``: the corpora to carry."""
+    unknown = sorted(set(names) - set(CORPORA))
+    if unknown:
+        raise BundleError(f"unknown corpus {', '.join(unknown)}: --corpora takes {', '.join(CORPORA)}")
     found = {}
     for name in CORPORA:
         src = Path(data) / name if data else None
+        if name not in names:
+            found[name] = {"missing": True, "left_out": True, "command": CORPUS_COMMANDS[name]}
+            continue
         if src is None or not (src / "bin").is_dir():
             found[name] = {"missing": True, "command": CORPUS_COMMANDS[name]}
             continue
@@ -224,7 +231,7 @@ def check_size(dest):
             f"the bundle ({bundle / limits.MIB:.1f} MiB) and the tracked files ({tracked / limits.MIB:.1f} MiB) "
             f"are {(bundle + tracked) / limits.MIB:.1f} MiB, over the {limits.TRAVEL_MIB} MiB that travel; largest: "
             + ", ".join(f"{p.relative_to(dest)} {s / limits.MIB:.1f} MiB" for s, p in biggest)
-            + ". Leave a corpus out (it can be rebuilt there: see MANIFEST.json) or shrink models/")
+            + ". Leave a corpus out (--corpora; it can be rebuilt there: see MANIFEST.json) or shrink models/")
     return bundle, tracked
 
 
@@ -235,20 +242,22 @@ def manifest(dest, reqs, tags, corpora):
             "python_tags": tags, "corpora": corpora, "reference_models": reference_models(), "files": files}
 
 
-def build(dest, data=None, python312=None, local_only=False, with_local=False):
+def build(dest, data=None, python312=None, local_only=False, with_local=False, corpora=CORPORA):
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)  # git matches a folder pattern (offline-bundle/) only on a folder
     check_ignored(dest)
     reqs = pinned_requirements()
     shutil.rmtree(dest / "wheels", ignore_errors=True)
     tags = wheels(dest / "wheels", reqs, python312, local_only, with_local)
-    corpora = copy_corpora(data, dest / "data")
+    shutil.rmtree(dest / "data", ignore_errors=True)  # a corpus left out this time must not travel from the last build
+    corpora = copy_corpora(data, dest / "data", corpora)
     (dest / "requirements.txt").write_text("".join(r + "\n" for r in reqs))
     (dest / "MANIFEST.json").write_text(json.dumps(manifest(dest, reqs, tags, corpora), indent=1) + "\n")
     bundle, tracked = check_size(dest)
     print(f"[bundle] {dest}: {bundle / limits.MIB:.1f} MiB (+ {tracked / limits.MIB:.1f} MiB tracked files, "
           f"limit {limits.TRAVEL_MIB} MiB); wheels for {', '.join(tags)}; corpora: "
-          + ", ".join(f"{k} ({'missing: ' + v['command'] if v.get('missing') else 'copied'})" for k, v in corpora.items()),
+          + ", ".join(f"{k} ({'left out' if v.get('left_out') else 'missing: ' + v['command'] if v.get('missing') else 'copied'})"
+                     for k, v in corpora.items()),
           flush=True)
     return dest
 
@@ -256,14 +265,16 @@ def build(dest, data=None, python312=None, local_only=False, with_local=False):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="the bundle folder (git-ignored; offline-bundle/ is)")
-    ap.add_argument("--data", help="data root with en-de/, en-de-distilled/, typo-en/ (as scripts/convergence_run.sh builds)")
+    ap.add_argument("--data", help="data root with en-de/, en-de-distilled/, typo-en/ (as scripts/convergence_run.sh builds), gec-en/")
+    ap.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=CORPORA,
+                    help="the corpora to carry (default: every one --data has); the base part needs gec-en only")
     ap.add_argument("--python312", help="a Python 3.12 interpreter (default: python3.12 on PATH, else pyenv's)")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--local-only", action="store_true", help="only this Python's wheels (testing here)")
     which.add_argument("--with-local", action="store_true", help="this Python's wheels beside the target's")
     args = ap.parse_args(argv)
     try:
-        build(args.dir, args.data, args.python312, args.local_only, args.with_local)
+        build(args.dir, args.data, args.python312, args.local_only, args.with_local, args.corpora)
     except (BundleError, limits.LimitError) as err:
         raise SystemExit(f"error: {err}")
 

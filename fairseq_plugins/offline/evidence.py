@@ -32,7 +32,7 @@ from pathlib import Path
 from fairseq_plugins.evaluation import train_log
 from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
 from fairseq_plugins.evaluation.reference_models import freeze, pack_checkpoint
-from fairseq_plugins.offline import limits
+from fairseq_plugins.offline import base_size, limits
 from fairseq_plugins.offline.bundle import TEACHER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +48,7 @@ MIN_SECONDS = {"environment": 0, "bootstrap": 40, "gpu_check": 40, "cost_probe":
 # start: about a minute, not measured on a GPU yet); on a CPU dry run the tiny model only, batch 1 and 2, widths 1 and 3
 COST_PROBE = {"cuda": ["--sizes", "tiny", "base", "big", "--batches", "1", "8", "32", "--steps", "24", "--repeats", "4"],
               "cpu": ["--sizes", "tiny", "--batches", "1", "2", "--widths", "1", "3", "--steps", "4", "--repeats", "2"]}
+MIN_SECONDS.update(base_size.MIN_SECONDS)  # the base part's steps (issue 48)
 COST_PROBE_SECONDS = 90  # stopped after this: the sizes it finished are in its JSONL (rewritten after every size)
 
 
@@ -514,6 +515,9 @@ class Evidence:
         self.step("pack", "pack", self.pack)  # the weights before the BLEU table: they cannot be remade later
         self.step("test BLEU", "test_bleu", self.test_bleu)
 
+    def base(self):
+        base_size.BasePart(self).run()
+
 
 def driver_version():
     try:
@@ -524,7 +528,7 @@ def driver_version():
         return "unknown (no nvidia-smi)"
 
 
-PART_DEFAULTS = {"speed": 230, "train": 470}  # seconds: the issue's 4 and 8 minutes, less the install
+PART_DEFAULTS = {"speed": 230, "train": 470, "base": base_size.DEADLINE}  # seconds: the issue's 4 and 8 minutes, less the install
 
 
 def main(argv=None):
@@ -532,7 +536,7 @@ def main(argv=None):
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--out", required=True, help="what comes back (checked against fairseq_plugins/offline/limits.py)")
     ap.add_argument("--part", required=True, choices=sorted(PART_DEFAULTS))
-    ap.add_argument("--deadline", type=float, help="seconds for the whole command (default: speed 230, train 470)")
+    ap.add_argument("--deadline", type=float, help="seconds for the whole command (default: speed 230, train 470, base 540)")
     ap.add_argument("--start", type=float, default=None, help="epoch seconds the command started (the shell's)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default=None)
     ap.add_argument("--work", help="scratch folder (default: a new one in the system's temp folder)")
@@ -547,6 +551,7 @@ def main(argv=None):
     ap.add_argument("--bench-rows", nargs="*", choices=BENCH_ROWS, help="these rows files only (default: all)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--train-args", default="", help="fairseq-train arguments added last to every training")
+    base_size.add_arguments(ap)
     args = ap.parse_args(argv)
     import torch
 
