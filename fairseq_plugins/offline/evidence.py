@@ -1,6 +1,6 @@
-"""The GPU evidence of issue 32, in two deadline-aware parts (``scripts/gpu_evidence.sh``, docs/GPU.md).
+"""The GPU evidence of issue 32, in three deadline-aware parts (``scripts/gpu_evidence.sh``, docs/GPU.md).
 
-    python -m fairseq_plugins.offline.evidence --bundle BUNDLE --out OUT --part speed|train [--deadline S] [--device cpu|cuda]
+    python -m fairseq_plugins.offline.evidence --bundle BUNDLE --out OUT --part speed|train|base [--deadline S] [--device cpu|cuda]
 
 ``speed``: the environment; the reference models of ``models/`` (or, without them, a short stage-1
 training); the GPU self-check (``scripts/gpu_check.py``: fp32 and fp16 identical-to-greedy shares of
@@ -11,7 +11,8 @@ and 32.  ``train``: the convergence run of ``scripts/convergence_run.sh`` on one
 recipe (configs/gpu/recipe.json): stage 1, distillation, stage 2 with its models as concurrent
 processes, each stopped by the convergence rule or by the deadline; test BLEU at greedy and at each
 model's beam with the gap to L2R-KD, after the fp16 weights are packed into archives (the table can
-be remade from them, the weights not).
+be remade from them, the weights not).  ``base``: the Transformer-base GEC-like verifier trained on
+the GPU and measured there, on the GPU and on its CPU (:mod:`.base_size`, issue 48).
 
 Each step checks the time left first and is skipped, with the reason written down, when its least
 time does not fit; a step still running at the deadline is stopped.  After every step OUT holds
