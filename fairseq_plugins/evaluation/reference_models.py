@@ -93,7 +93,9 @@ def strip_checkpoint(src, dest, half: bool = False, resumable: bool = False):
     ``fairseq-train --restore-file`` rebuilds the optimizer (its moments start at zero).  Returns the size."""
     import torch
 
-    state = torch.load(src, map_location="cpu", weights_only=False)
+    from fairseq_plugins.compat import load_checkpoint
+
+    state = load_checkpoint(src)
     if half:
         state["model"] = _half(state["model"])
     optimizer = state.get("last_optimizer_state") if resumable else None
@@ -112,10 +114,13 @@ def freeze(ckpt_root, role, source):
     baseline that trains on.  Returns its path."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    from fairseq_plugins.compat import load_checkpoint
+
     dest = Path(ckpt_root) / role / CHECKPOINT
     if not dest.exists():
         if not Path(source).is_file():
             raise FileNotFoundError(f"no {role} checkpoint at {source}: give a trained baseline's checkpoint")
+        load_checkpoint(source, mmap=True)  # a file that would run code when unpickled is refused, not frozen
         with AtomicBinary(dest) as f, open(source, "rb") as src:
             shutil.copyfileobj(src, f)
     return dest
@@ -247,16 +252,17 @@ class ReferenceModels:
         it).  Returns the base's name, or None (the checkpoint stays whole)."""
         import torch
 
+        from fairseq_plugins.compat import load_checkpoint
         from fairseq_plugins.models.blockwise_transformer import HEADS
 
-        state = torch.load(staged, map_location="cpu", weights_only=False)
+        state = load_checkpoint(staged)
         cfg = state["cfg"]["model"]
         if getattr(cfg, "arch", None) != "blockwise_transformer" or not getattr(cfg, "freeze_base", False):
             return None
         weights = state["model"]
         base_keys = {k for k in weights if not k.startswith(HEADS)}
         for other in sorted(n for n in self.models if n != name and not self.models[n].get("base")):
-            shipped = torch.load(self.checkpoint(other), map_location="cpu", weights_only=False)["model"]
+            shipped = load_checkpoint(self.checkpoint(other))["model"]
             if set(shipped) == base_keys and all(shipped[k].dtype == weights[k].dtype and shipped[k].shape == weights[k].shape
                                                  and torch.equal(shipped[k], weights[k]) for k in base_keys):
                 state["model"] = {k: v for k, v in weights.items() if k.startswith(HEADS)}
