@@ -62,6 +62,8 @@ from fairseq_plugins.evaluation.jobs import Job, TrainingSlots, exit_on_sigterm,
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_plugins"
 CURVE_GENERATE = "--task fast_translation --lenpen 0.6"  # every curve; a list line's generate= adds to it
+# a model packed before it finished: said so in the manifest, read long after the run that packed it ended
+SNAPSHOT = " (a snapshot: a later run with --models-dir resumes its training from it)"
 SELF = "self"  # --flatten-reference self: a model's floor is 3x the updates at which its own curve first flattened
 
 
@@ -681,10 +683,10 @@ def offer(m, args):
     elif not m["curve"] and updates >= max_update:  # a drafter or blockwise heads: a fixed budget, no BLEU of its own
         stopped = f"trained its {max_update} updates (no BLEU curve: judged by the rows that decode with it)"
     elif not m["curve"]:
-        stopped = f"not finished: {updates} of its {max_update} updates when packed; the run goes on from here"
+        stopped = f"not finished: {updates} of its {max_update} updates when packed{SNAPSHOT}"
     else:
         stopped = (f"not converged: {updates} of at most {max_update} updates when packed"
-                   + (" (the cap)" if updates >= max_update else "; the run goes on from here"))
+                   + (" (the cap)" if updates >= max_update else SNAPSHOT))
     corpus = Path(args.data) / m["corpus"]
     train = train_command(m, args, gpu)
     entry = {"name": m["name"], "config": m["config"], "corpus": m["corpus"], "updates": updates, "converged": converged,
