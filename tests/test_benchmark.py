@@ -8,6 +8,7 @@ import pytest
 
 from conftest import REPO
 from fairseq_plugins.evaluation import bench_rows
+from fairseq_plugins.evaluation.out_folder import LOCK
 from fairseq_plugins.viz.speed_vs_bleu import group_notes, pareto_front
 from scripts import benchmark, benchmark_jobs
 from scripts.reference_run import read_models
@@ -684,7 +685,7 @@ def test_jobs_give_one_processs_results_and_files(two_groups, tiny_corpus, tmp_p
     written = [json.loads(line) for line in (tmp_path / "two" / "results.jsonl").read_text().splitlines()]
     assert [r["method"] for r in written] == [r["method"] for r in two]
     assert "2 processes side by side" in (tmp_path / "two" / "results.md").read_text()
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["results.jsonl", "results.md", "speed_vs_bleu.png"]
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [LOCK, "results.jsonl", "results.md", "speed_vs_bleu.png"]
 
 
 def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_groups, tiny_corpus, tmp_path):
@@ -693,7 +694,7 @@ def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_group
     with pytest.raises(benchmark.BenchmarkError, match="checkpoint .*other.* not found"):
         benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
                                      timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not (tmp_path / "out").exists() or [p.name for p in (tmp_path / "out").iterdir()] == [LOCK]
 
 
 def _fail_once_started(started, message):
@@ -743,3 +744,100 @@ def test_jobs_refuse_a_gpu_and_a_bad_count_before_anything_runs(two_groups, tiny
         benchmark_jobs.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
                                      jobs=2)
     assert not (tmp_path / "out").exists()
+
+
+# --out: files replaced whole, checked writable before any decoding, one run at a time, workers stopped
+
+
+def test_results_are_replaced_whole_or_not_at_all(tmp_path):
+    """A write that fails half-way (here a row that does not serialise; a full disk alike) leaves the earlier file."""
+    (tmp_path / "results.jsonl").write_text('{"method": "earlier"}\n')
+    with pytest.raises(TypeError):
+        benchmark.write_outputs([{"method": "a"}, {"method": "b", "bleu": object()}], tmp_path)
+    assert (tmp_path / "results.jsonl").read_text() == '{"method": "earlier"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]  # no temporary file left
+
+
+def test_an_output_that_cannot_be_written_is_found_before_any_decoding(two_groups, tiny_corpus, tmp_path):
+    rows, _ = two_groups
+    lines = []
+    for jobs in (1, 2):
+        out = tmp_path / f"out{jobs}"
+        (out / "results.jsonl").mkdir(parents=True)  # where the results go, taken by a folder
+        with pytest.raises(benchmark.BenchmarkError, match="results.jsonl is not a file"):
+            benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, out, jobs=jobs, batch_sizes=[4], runs=1,
+                                              timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6),
+                                              log=lambda *a, **k: lines.append(a))
+    assert lines == []  # nothing decoded
+    with pytest.raises(benchmark.BenchmarkError, match="not a file"):  # run_benchmark itself checks too
+        benchmark.run_benchmark(rows[:1], tiny_corpus, None, tmp_path / "out1", batch_sizes=[4], runs=1, **quiet)
+
+
+def _descendants(pid):
+    """The pids of ``pid``'s processes, children of children included (Linux /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_second_run_into_one_out_is_refused_and_a_signal_stops_every_worker(two_groups, tiny_corpus, tmp_path, sig):
+    """Two benchmarks into one --out crashed on the shared .jobs folder; SIGTERM to a --jobs 2 benchmark left both
+    workers decoding for minutes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows, _ = two_groups
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    cmd = [sys.executable, "-m", "scripts.benchmark", "--rows", str(tmp_path / "rows.json"), "--data", str(tiny_corpus),
+           "--out", str(tmp_path / "out"), "--jobs", "2", "--threads", "1", "--batch-sizes", "1", "--runs", "200",
+           "--no-memory", "--max-len-b", "20"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(2400):  # until both jobs decode (bounded: a broken start fails, it does not hang)
+            text = (tmp_path / "first.log").read_text()
+            if "[job 1] [bench" in text and "[job 2] [bench" in text or first.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        workers = _descendants(first.pid)
+        assert len(workers) >= 2
+        second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode != 0 and f"another run (pid {first.pid}) is writing into" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        first.send_signal(getattr(signal, sig))
+        first.wait(timeout=120)
+        for _ in range(600):
+            if not any(_alive(p) for p in workers):
+                break
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)], "workers outlived the benchmark"
+        assert not (tmp_path / "out" / ".jobs").exists()
+    finally:
+        for p in [first.pid] + _descendants(first.pid):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        first.wait()
+        log.close()

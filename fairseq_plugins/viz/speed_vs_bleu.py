@@ -11,7 +11,9 @@ front (the points no other point beats in both speed and BLEU), computed over al
 the rows decoded through fairseq (the plugin's own front, which CTranslate2 would otherwise hide).
 """
 import textwrap
+from pathlib import Path
 
+from fairseq_plugins.corpora.files import AtomicBinary
 from fairseq_plugins.viz.pyplot import pyplot
 
 FAMILIES = ("anchors", "orders", "draft-and-verify", "non-autoregressive")
@@ -151,5 +153,6 @@ def plot(results, path):
     handles += [Line2D([], [], ls="", marker="", label=note) for note in notes]
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False,
                ncol=1 if len(handles) <= 45 else 2, handletextpad=0.3)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    with AtomicBinary(path) as f:  # whole or not at all: a full disk leaves the earlier figure
+        fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png", dpi=120, bbox_inches="tight")
     plt.close(fig)
