@@ -26,6 +26,8 @@ beam (greedy for the drafters; fairseq's beam k for the lean beam search), or of
 ``"control": true`` marks a second engine greedy row (``--drafter none``, lossless) that is timed
 beside the first as a drafting row is: its ``ratio_vs_engine_greedy`` is the harness's own spread
 (an A/A pair: two loaded copies of the same decode), the yardstick for reading the drafting rows'.
+A control further than 5% from x1.00 is flagged "timing unreliable on this run" in the log, under
+results.md's table and after the printed table (``bench_rows.unreliable_timing``).
 
 For every row x beam x batch size the harness loads the model once (loading is never timed),
 decodes the whole test set once for BLEU (sacreBLEU on detokenised output, against the raw
@@ -95,7 +97,7 @@ from fairseq_plugins.corpora.files import AtomicWriter
 from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
 from fairseq_plugins.evaluation.bench_rows import (
     load_rows, family_of, checkpoint_of, CheckpointStamps, row_args, extra_checkpoints, corpus_folder,
-    group_of, checked_plan, hypotheses_name, is_engine_greedy, is_drafting, missing_checkpoints)
+    group_of, checked_plan, hypotheses_name, is_engine_greedy, is_drafting, missing_checkpoints, unreliable_timing)
 from fairseq_plugins.evaluation.corpus import Corpus
 from fairseq_plugins.evaluation.jobs import exit_on_sigterm
 from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
@@ -253,7 +255,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
             "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,
             "peak_mem_mb": peak, "mem_vs_greedy": None,
             "device": device, "dtype": "fp16" if fp16 else "fp32",
-            "threads": threads, "jobs": jobs, "backend": backend, "baseline": baseline,
+            "threads": threads, "jobs": jobs, "backend": backend, "baseline": baseline, "control": bool(row.get("control")),
             "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
         for k in ("length_oracle", "oracle_model_calls", "drafter_choice"):  # drafter_choice: what auto kept, and why
@@ -263,6 +265,8 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
         log(f"    BLEU {q['bleu']}  {result['tokens_per_s']} tok/s  {mean:.3f}s/pass  speed x{result['speed_ratio']}"
             f"  calls {calls}" + (f"  identical {identical:.3f} of {len(ids)}" if identical is not None else ""),
             flush=True)
+        for note in unreliable_timing([result]):
+            log(f"    {note}", flush=True)
         if baseline:
             references[(folder, bs, beam, group)] = (runner, result)
         elif is_engine_greedy(row) and beam == 1:
@@ -370,7 +374,7 @@ def write_outputs(results, out, skipped=()):
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})
     choices = [f"{r['method']}, batch {r['batch_size']}: {r['drafter_choice']}" for r in results if r.get("drafter_choice")]
-    notes = choices + [f"not run: {s}" for s in skipped]
+    notes = unreliable_timing(results) + choices + [f"not run: {s}" for s in skipped]
     with AtomicWriter(out / "results.md") as f:
         f.write(header + markdown_table(results) + "\n\n" + "".join(f"- {n}\n" for n in notes)
                 + ("\n" if notes else "") + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
@@ -427,6 +431,8 @@ def main(argv=None):
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))
+    for note in unreliable_timing(results):
+        print(f"\n{note}")
     print(f"\nresults: {Path(args.out) / 'results.jsonl'}, {Path(args.out) / 'results.md'}, "
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
 

@@ -103,8 +103,9 @@ def test_a_load_that_comes_and_goes_favours_neither_side():
     assert benchmark.pair_ratio(times[1], times[0])[0] == pytest.approx(2.0)
 
 
-def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch):
-    """run_benchmark over stub runners (``per_pass[(method, beam)]`` seconds per timed pass)."""
+def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch, log_lines=None):
+    """run_benchmark over stub runners (``per_pass[(method, beam)]`` seconds per timed pass); ``log_lines``: a
+    list that collects the benchmark's log lines."""
     clock, log, loads = FakeClock(), [], []
 
     def load(row, corpus, ckpt, args, beam, bs, *rest):
@@ -115,8 +116,9 @@ def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch):
     ckpt = tmp_path / "model.pt"
     ckpt.write_text("")
     rows = [dict(r, path=str(ckpt)) for r in rows]
+    logging = quiet if log_lines is None else dict(log=lambda *a, **k: log_lines.append(" ".join(map(str, a))))
     results = benchmark.run_benchmark(rows, corpus, None, tmp_path / "out", batch_sizes=[8], runs=3,
-                                      clock=clock, **quiet)
+                                      clock=clock, **logging)
     return results, loads
 
 
@@ -180,6 +182,27 @@ def test_a_control_row_is_the_engines_greedy_timed_beside_itself(tiny_corpus, tm
     bad = [dict(rows[0], args="--task fast_translation --drafter input_copy")] + rows[1:]
     with pytest.raises(benchmark.BenchmarkError, match="is a control: it must be the engine's greedy"):
         run_stubs(bad, per_pass, tiny_corpus, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("aa_seconds,flagged", [(0.1, True), (0.124, False), (0.131, False), (0.14, True)])
+def test_an_aa_control_outside_5_percent_flags_the_runs_timing_in_the_log_and_results_md(
+        tiny_corpus, tmp_path, monkeypatch, aa_seconds, flagged):
+    """Two copies of one decode reading more than 5% apart: every ratio of the run is that noisy, and the
+    log and results.md say so, naming the control (x1.25 and x0.89 flagged; x1.008 and x0.954 not)."""
+    per_pass = {("fairseq greedy", 1): 0.2, ("engine greedy", 1): 0.125, ("engine greedy (A/A)", 1): aa_seconds}
+    greedy = "--task fast_translation --drafter none"
+    rows = [{"method": "engine greedy (A/A)", "args": greedy, "lossless": True, "control": True},
+            {"method": "fairseq greedy", "baseline": True},
+            {"method": "engine greedy", "args": greedy, "lossless": True}]
+    lines = []
+    results, _ = run_stubs(rows, per_pass, tiny_corpus, tmp_path, monkeypatch, lines)
+    ratio = {r["method"]: r for r in results}["engine greedy (A/A)"]["ratio_vs_engine_greedy"]
+    assert ratio == pytest.approx(0.125 / aa_seconds, abs=1e-3)
+    said = [line for line in lines if "timing unreliable on this run" in line]
+    md = [line for line in (tmp_path / "out" / "results.md").read_text().splitlines()
+          if "timing unreliable on this run" in line]
+    assert len(said) == len(md) == int(flagged)
+    assert all("engine greedy (A/A)" in line and f"x{ratio:.3f}" in line for line in said + md)
 
 
 def test_a_checkpoint_rewritten_between_two_rows_is_a_clear_error(tiny_corpus, tmp_path, monkeypatch):
