@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO
 from fairseq_plugins.evaluation import bench_rows
 from fairseq_plugins.evaluation.out_folder import LOCK
-from fairseq_plugins.viz.speed_vs_bleu import group_notes, pareto_front
+from fairseq_plugins.viz.speed_vs_bleu import own_axis_groups, panel_grid, pareto_front, read_results
 from scripts import benchmark, benchmark_jobs
 from scripts.reference_run import read_models
 
@@ -415,14 +415,75 @@ def test_pareto_front():
     assert pareto_front(points) == [1, 2, 4, 6]
 
 
-def test_group_rows_say_what_their_x_is_against():
-    rows = [{"method": "fairseq greedy", "group": "", "beam": 1, "baseline": True},
-            {"method": "lean beam", "group": "", "beam": 5, "baseline": False},
-            {"method": "orders: L2R-KD", "group": "orders", "beam": 4, "baseline": True},
-            {"method": "orders: L2R-KD", "group": "orders", "beam": 1, "baseline": True},
-            {"method": "orders: IBDecoder", "group": "orders", "beam": 1, "baseline": False}]
-    assert group_notes(rows) == ["x of the orders rows: vs orders: L2R-KD"]
-    assert group_notes(rows[:2]) == []
+def test_a_group_timed_against_another_models_greedy_gets_an_axis_of_its_own():
+    rows = [{"method": "fairseq greedy", "model": "base", "group": "", "beam": 1, "baseline": True},
+            {"method": "lean beam", "model": "base", "group": "", "beam": 5, "baseline": False},
+            {"method": "heads: fairseq greedy", "model": "heads", "group": "bw", "beam": 1, "baseline": True},
+            {"method": "heads", "model": "heads", "group": "bw", "beam": 1, "baseline": False},
+            {"method": "orders: L2R-KD", "model": "l2r", "group": "orders", "beam": 4, "baseline": True},
+            {"method": "orders: L2R-KD", "model": "l2r", "group": "orders", "beam": 1, "baseline": True},
+            {"method": "orders: IBDecoder", "model": "ib", "group": "orders", "beam": 1, "baseline": False}]
+    rows = [dict(r, corpus="en-de", batch_size=1, bleu=30.0, ratio_vs_greedy=1.0) for r in rows]
+    assert own_axis_groups(rows) == {"orders": "orders: L2R-KD"}  # the heads are timed against their own model
+    lines, sizes = panel_grid(rows)
+    assert [title for title, _, _ in lines] == ["en-de", "en-de, orders"] and sizes == [1]
+    assert [r["method"] for r in lines[1][2][0]] == ["orders: L2R-KD", "orders: L2R-KD", "orders: IBDecoder"]
+    assert "orders: L2R-KD" in lines[1][1] and "fairseq greedy" in lines[0][1]
+    assert own_axis_groups(rows[:4]) == {}
+
+
+DEMO_RESULTS = REPO / "docs" / "figures" / "demo_2026-11-28_whole_set.jsonl"
+
+
+def test_the_demos_plot_one_colour_per_family_no_controls_one_baseline_per_panel_every_point_labelled(
+        tmp_path, monkeypatch):
+    """It had 27-30 legend entries with colours repeated, labelled an A/A control as a Pareto point and drew
+    the orders (timed against L2R-KD) on the axis of rows timed against fairseq's greedy."""
+    import types
+
+    from fairseq_plugins.viz import speed_vs_bleu
+
+    rows = read_results(DEMO_RESULTS)
+    controls = [r for r in rows if "A/A control" in r["method"]]
+    assert len(controls) == 6 and all(bench_rows.is_control(r) for r in controls)
+    assert not [r for r in rows if bench_rows.is_control(r) and r not in controls]
+    plt, figs = speed_vs_bleu.pyplot(), []
+    monkeypatch.setattr(speed_vs_bleu, "pyplot", lambda: types.SimpleNamespace(subplots=plt.subplots, close=figs.append))
+    speed_vs_bleu.plot(rows, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 1000
+    panels = [ax for ax in figs[0].axes if ax.collections]
+    families = {r["family"] for r in rows}
+    colours = {tuple(c.get_edgecolor()[0]) for ax in panels for c in ax.collections}
+    assert len(colours) == len(families) == 3
+    shown = [r for r in rows if r not in controls]
+    assert sum(len(ax.collections) for ax in panels) == len(shown)  # every row but the controls
+    for ax in panels:
+        assert len(ax.texts) == len(ax.collections)  # every point labelled
+        orders = "orders" in ax.get_title()
+        expected = [r for r in shown if (r["group"] == "orders") == orders and f"{r['corpus']}," in ax.get_title()
+                    and ax.get_title().endswith(f"batch size {r['batch_size']}")]
+        assert len(ax.collections) == len(expected), ax.get_title()
+        assert ("L2R-KD" in ax.get_xlabel()) == orders
+    legend = [t.get_text() for legend in figs[0].legends for t in legend.get_texts()]
+    assert not [t for t in legend if "A/A" in t and "not shown" not in t]
+    numbered = [t for t in legend if t.strip()[:1].isdigit()]
+    assert len(numbered) == len({r["method"] for r in shown})
+
+
+def test_the_plot_script_names_the_file_and_line_of_a_bad_results_line(tmp_path):
+    from scripts import benchmark_plot
+
+    lines = DEMO_RESULTS.read_text().splitlines()
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(lines[:2] + [lines[2][: len(lines[2]) // 2]]) + "\n")  # cut short by a full disk
+    with pytest.raises(SystemExit) as err:
+        benchmark_plot.main([str(path), "--out", str(tmp_path / "p.png")])
+    assert str(err.value.code).startswith(f"error: {path}:3: not a whole JSON line")
+    path.write_text("\n".join(lines[:3] + ['{"method": "x"}']) + "\n")
+    with pytest.raises(SystemExit) as err:
+        benchmark_plot.main([str(path), "--out", str(tmp_path / "p.png")])
+    assert str(err.value.code).startswith(f"error: {path}:4: a results line without corpus")
+    assert not (tmp_path / "p.png").exists()
 
 
 # ----------------------------------------------------------------------------------------------
