@@ -100,7 +100,7 @@ def load_checkpoint(path, mmap=False):
 
     import torch
 
-    _allow_fairseq_checkpoint_classes()  # a set: adding again is harmless (torch's safe_globals() would remove them after)
+    _allow_fairseq_checkpoint_classes()  # a set: adding again is harmless (torch's safe_globals() removes them after)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:

@@ -35,7 +35,8 @@ prints and scores them as usual.
 appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed; mean accepted =
 ``accepted_tokens / iterations``), ``draft_accepted`` (draft tokens only), ``draft_tokens``
 (draft tokens proposed), ``drafted_iterations`` (the row-iterations that verified a draft token: the
-mean accepted of those is ``1 + draft_accepted / drafted_iterations``), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
+mean accepted of those is ``1 + draft_accepted / drafted_iterations``), ``produced_tokens``
+(hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
 from dataclasses import dataclass, field

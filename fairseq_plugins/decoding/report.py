@@ -39,8 +39,9 @@ def summary_line(stats) -> str:
     parts = [
         "draft-and-verify", f"drafter {stats.get('drafter')}", f"acceptance {stats.get('acceptance')}",
         f"{int(stats.get('sentences', 0))} sentences", f"model calls {int(stats['model_calls'])}",
-        f"mean accepted {mean:.2f}" + (f" ({when_drafted:.2f} on the {drafted_rows} row-calls that verified a draft)"
-                                       if when_drafted is not None and drafted_rows < stats.get("iterations", 0) else ""),
+        f"mean accepted {mean:.2f}" + (
+            f" ({when_drafted:.2f} on the {drafted_rows} row-calls that verified a draft)"
+            if when_drafted is not None and drafted_rows < stats.get("iterations", 0) else ""),
         f"draft tokens accepted {share}",
     ]
     if stats.get("drafter_choice"):  # --drafter auto: what was chosen and why
