@@ -7,7 +7,9 @@ repaired here, in one place, so that no user has to set an environment variable:
    ``argparse.Namespace`` (``args``), plain-Python config dicts and fairseq's meter objects, so
    ``fairseq-generate``/``fairseq-interactive``/``fairseq-train --restore-file`` fail on every
    ordinary checkpoint.  We allow-list exactly the classes fairseq itself writes into a checkpoint
-   (torch's ``add_safe_globals``) instead of turning the safe loader off.
+   (torch's ``add_safe_globals``) instead of turning the safe loader off.  The plugin's own code reads
+   checkpoints with :func:`load_checkpoint` (the safe loader, the same allow-list), never
+   ``weights_only=False``: a crafted file that would run code when unpickled is refused, naming it.
 2. numpy 2 removed ``np.compat.long``, ``np.float`` and ``np.int`` (still used by
    ``token_block_dataset``, ``language_pair_dataset``, ``dynamic_crf_layer`` and ``data_utils``).
    They are restored as the aliases numpy 1 had.
@@ -56,6 +58,7 @@ import functools
 import inspect
 import os
 import queue
+import re
 import sys
 import time
 import types
@@ -78,19 +81,57 @@ def _restore_numpy_aliases():
             setattr(np, name, alias)
 
 
+def checkpoint_classes():
+    """The classes fairseq writes into a checkpoint (``args``, its meters): the safe loader's allow-list."""
+    from fairseq.logging import meters
+
+    classes = [argparse.Namespace]
+    classes += [getattr(meters, n) for n in dir(meters) if isinstance(getattr(meters, n), type)
+                and issubclass(getattr(meters, n), meters.Meter)]
+    return classes + [meters.MetersDict]
+
+
 def _allow_fairseq_checkpoint_classes():
     import torch
 
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is None:  # torch < 2.4 loads everything anyway
         return
-    from fairseq.logging import meters
+    add(checkpoint_classes())
 
-    classes = [argparse.Namespace]
-    classes += [getattr(meters, n) for n in dir(meters) if isinstance(getattr(meters, n), type)
-                and issubclass(getattr(meters, n), meters.Meter)]
-    classes += [meters.MetersDict]
-    add(classes)
+
+class UnsafeCheckpointError(SystemExit):
+    """A checkpoint whose unpickling would call something a fairseq checkpoint never holds (it could run code)."""
+
+    def __init__(self, path, detail):
+        super().__init__(f"error: {path} was refused: unpickling it would call {detail}, which no fairseq checkpoint "
+                         "holds (a crafted file runs code this way); use only checkpoints from a source you trust")
+
+
+def load_checkpoint(path, mmap=False):
+    """``torch.load`` of the checkpoint file at ``path`` (onto the CPU) with torch's safe loader and
+    :func:`checkpoint_classes` allowed: the one way the plugin's own code reads a checkpoint a user or a
+    run folder supplies (fairseq's loader is as safe, with repair 1).  ``mmap``: the tensors are not read.
+    A file that would call anything else when unpickled is refused with :class:`UnsafeCheckpointError`;
+    any other failure (a truncated file) raises what torch raises."""
+    import pickle
+
+    import torch
+
+    _allow_fairseq_checkpoint_classes()  # a set: adding again is harmless (torch's safe_globals() removes them after)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        if "weights only" not in str(err).lower():
+            raise
+        try:
+            allowed = {f"{c.__module__}.{c.__qualname__}" for c in checkpoint_classes()}
+            unsafe = [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(path) if g not in allowed]
+        except Exception:  # not a zip checkpoint: torch's own words say which global
+            unsafe = []
+        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", str(err))
+        detail = ", ".join(unsafe) or (found.group(1) if found else "a global outside the allow-list")
+        raise UnsafeCheckpointError(path, detail) from None
 
 
 def _keep_last_batch():

@@ -7,8 +7,8 @@ fairseq ships this as ``scripts/average_checkpoints.py`` in its git repository, 
 package (fairseq-fixed on PyPI) does not contain its ``scripts/`` folder, so this is the same
 command line on fairseq's own checkpoint functions (``checkpoint_utils.checkpoint_paths`` picks the
 files by fairseq's naming, ``torch_persistent_save`` writes the result; files are read with
-``torch.load`` as they are, like fairseq's script, so the output stays loadable by torch's safe
-loader with the plugin's compat repairs).  The output is an ordinary checkpoint: the newest input's ``cfg``, ``extra_state``
+the plugin's safe loader, ``compat.load_checkpoint``: a file that would run code when unpickled is
+refused, and the output stays loadable by it).  The output is an ordinary checkpoint: the newest input's ``cfg``, ``extra_state``
 and optimizer history, with the element-wise mean of every model tensor (accumulated in float64
 for floating tensors, then cast back to the input dtype; integer buffers are taken from the newest).
 
@@ -55,9 +55,11 @@ def average(paths):
     """(state of the first path with its model replaced by the mean of all paths' models)."""
     import torch
 
+    from fairseq_plugins.compat import load_checkpoint
+
     newest, sums, keys = None, collections.OrderedDict(), None
     for path in paths:
-        state = torch.load(str(path), map_location="cpu")
+        state = load_checkpoint(path)
         model = state["model"]
         if keys is None:
             newest, keys = state, list(model.keys())

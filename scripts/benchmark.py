@@ -29,6 +29,8 @@ beam (greedy for the drafters; fairseq's beam k for the lean beam search), or of
 ``"control": true`` marks a second engine greedy row (``--drafter none``, lossless) that is timed
 beside the first as a drafting row is: its ``ratio_vs_engine_greedy`` is the harness's own spread
 (an A/A pair: two loaded copies of the same decode), the yardstick for reading the drafting rows'.
+A control further than 5% from x1.00 is flagged "timing unreliable on this run" in the log, under
+results.md's table and after the printed table (``bench_rows.unreliable_timing``).
 
 For every row x beam x batch size the harness loads the model once (loading is never timed),
 decodes the whole test set once for BLEU (sacreBLEU on detokenised output, against the raw
@@ -81,7 +83,10 @@ group, a checkpoint's rows -- stay in one process, so every ratio is still a pai
 in one process, while a job on the other core slows both passes of a pair alike.  The results and
 files are those of one process; each row records ``jobs``.
 
-Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out``.
+Writes ``results.jsonl``, ``results.md`` and ``speed_vs_bleu.png`` into ``--out``, each whole or not at all
+(a temporary file renamed over the earlier one).  ``--out`` is checked writable before any decoding and
+is one run's at a time (``--out/.lock`` holds the running benchmark's pid: a second run into it is
+refused, naming that pid).  SIGINT or SIGTERM stops every ``--jobs`` process with the command.
 """
 import argparse
 import json
@@ -91,17 +96,21 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from fairseq_plugins.corpora.files import AtomicWriter
 from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
 from fairseq_plugins.evaluation.bench_rows import (
     load_rows, family_of, checkpoint_of, CheckpointStamps, row_args, extra_checkpoints, corpus_folder,
-    group_of, checked_plan, hypotheses_name, is_engine_greedy, is_drafting, missing_checkpoints)
+    group_of, checked_plan, hypotheses_name, is_engine_greedy, is_drafting, missing_checkpoints, unreliable_timing)
 from fairseq_plugins.evaluation.corpus import Corpus
+from fairseq_plugins.evaluation.jobs import exit_on_sigterm
 from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
+from fairseq_plugins.evaluation.out_folder import check_writable
 from fairseq_plugins.evaluation.runners import CTranslate2Runner, FairseqRunner
 from fairseq_plugins.evaluation.timing import pair_ratio, time_interleaved
 from scripts.benchmark_plot import plot
 
 RUNS = 5  # timed passes per row, by default
+OUTPUTS = ("results.jsonl", "results.md", "speed_vs_bleu.png")  # what a run writes into --out
 
 
 def n_sentences(batches):
@@ -148,7 +157,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
     plan = checked_plan(rows, data, batch_sizes, runs, quality_batch_size, hypotheses)
     threads = threads or torch.get_num_threads()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable(out, OUTPUTS)  # before any decoding, not after every row was timed
     families = {row["method"]: family_of(row) for row in rows}
     vs_beam5 = {row["method"] for row in rows if row.get("vs_beam5")}
     schedule = sorted(range(len(plan)), key=lambda i: _schedule_key(*plan[i]))
@@ -251,7 +260,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
             "peak_mem_mb": peak, "mem_vs_greedy": None,
             "device": device, "dtype": "fp16" if fp16 else "fp32",
             "compute_type": row.get("compute_type", "default") if backend == "ctranslate2" else None,
-            "threads": threads, "jobs": jobs, "backend": backend, "baseline": baseline,
+            "threads": threads, "jobs": jobs, "backend": backend, "baseline": baseline, "control": bool(row.get("control")),
             "max_len": f"{max_len[0]}*src+{max_len[1]}",
         }
         for k in ("length_oracle", "oracle_model_calls", "drafter_choice"):  # drafter_choice: what auto kept, and why
@@ -261,6 +270,8 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
         log(f"    BLEU {q['bleu']}  {result['tokens_per_s']} tok/s  {mean:.3f}s/pass  speed x{result['speed_ratio']}"
             f"  calls {calls}" + (f"  identical {identical:.3f} of {len(ids)}" if identical is not None else ""),
             flush=True)
+        for note in unreliable_timing([result]):
+            log(f"    {note}", flush=True)
         if baseline:
             references[(folder, bs, beam, group)] = (runner, result)
         elif is_engine_greedy(row) and beam == 1:
@@ -350,7 +361,7 @@ def markdown_table(results):
 
 def write_outputs(results, out, skipped=()):
     out = Path(out)
-    with open(out / "results.jsonl", "w") as f:
+    with AtomicWriter(out / "results.jsonl") as f:  # each file whole or not at all: a full disk keeps the earlier one
         for r in results:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     meta = results[0] if results else {}
@@ -369,9 +380,10 @@ def write_outputs(results, out, skipped=()):
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})
     choices = [f"{r['method']}, batch {r['batch_size']}: {r['drafter_choice']}" for r in results if r.get("drafter_choice")]
-    notes = choices + [f"not run: {s}" for s in skipped]
-    (out / "results.md").write_text(header + markdown_table(results) + "\n\n" + "".join(f"- {n}\n" for n in notes)
-                                    + ("\n" if notes else "") + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
+    notes = unreliable_timing(results) + choices + [f"not run: {s}" for s in skipped]
+    with AtomicWriter(out / "results.md") as f:
+        f.write(header + markdown_table(results) + "\n\n" + "".join(f"- {n}\n" for n in notes)
+                + ("\n" if notes else "") + "\n".join(f"sacreBLEU: `{s}`" for s in sigs) + "\n")
     plot(results, out / "speed_vs_bleu.png")
 
 
@@ -415,6 +427,7 @@ def main(argv=None):
             rows = [r for r in rows if not missing[r["method"]]]
         from scripts.benchmark_jobs import run_benchmark_jobs  # it runs this module's run_benchmark in each job
 
+        exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: the jobs' processes are stopped on the way out
         results = run_benchmark_jobs(rows, args.data, args.checkpoints, args.out, args.jobs, args.batch_sizes,
                                      args.runs, args.device, args.threads, timed_sentences=args.timed_sentences,
                                      fp16=args.fp16, max_len=(args.max_len_a, args.max_len_b),
@@ -424,6 +437,8 @@ def main(argv=None):
     except BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     print(markdown_table(results))
+    for note in unreliable_timing(results):
+        print(f"\n{note}")
     print(f"\nresults: {Path(args.out) / 'results.jsonl'}, {Path(args.out) / 'results.md'}, "
           f"{Path(args.out) / 'speed_vs_bleu.png'}")
 

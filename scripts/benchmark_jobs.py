@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 from fairseq_plugins.evaluation import bench_rows
+from fairseq_plugins.evaluation.jobs import die_with_parent
+from fairseq_plugins.evaluation.out_folder import claimed
 from scripts import benchmark as bench
 
 
@@ -48,9 +50,11 @@ def split(rows, keys_of, weight_of, jobs):
 def run_in_processes(target, calls, poll=0.2):
     """``target(*args)`` for each ``args`` in ``calls``, each in its own fresh (spawned) process, all at
     once; their results in ``calls``' order.  The first one to fail stops the others and its exception
-    is raised here (a benchmark's errors pickle: they are plain messages)."""
+    is raised here (a benchmark's errors pickle: they are plain messages).  Leaving this function any other
+    way (Ctrl-C, SIGTERM turned into SystemExit by the command: ``jobs.exit_on_sigterm``) stops them too
+    (``Pool.__exit__`` terminates the workers), and a worker whose parent is killed outright gets SIGTERM."""
     ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no torch thread pool forked half-set
-    with ctx.Pool(len(calls)) as pool:
+    with ctx.Pool(len(calls), initializer=die_with_parent) as pool:
         pending = [pool.apply_async(target, args) for args in calls]
         while not all(p.ready() for p in pending):
             for p in pending:
@@ -73,6 +77,11 @@ def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32)
                                    "one device and each other's timings: use --jobs 1")
     bench_rows.checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
                        kwargs.get("hypotheses"))
+    with claimed(out, bench.OUTPUTS):  # one run per --out (its .jobs folder, its files), writable before any decoding
+        return _run_jobs(rows, data, checkpoints, out, jobs, batch_sizes, runs, device, threads, log, **kwargs)
+
+
+def _run_jobs(rows, data, checkpoints, out, jobs, batch_sizes, runs, device, threads, log, **kwargs):
     parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
     if len(parts) <= 1:  # one unit, or no rows at all
         return bench.run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads,

@@ -31,11 +31,9 @@ if [ "$TRAIN" != 1 ]; then
   python - <<'PY'
 from fairseq_plugins.evaluation.reference_models import ReferenceModels
 store = ReferenceModels("models")
-problems = store.problems()
-if problems:
-    raise SystemExit("error: models/ is not whole:\n  " + "\n  ".join(problems) + "\n(git checkout models/ restores it)")
-for name, e in store.models.items():
-    print(f"[demo] models/{name}: {e['updates']} updates, {e['stopped']}; test BLEU {e['test_bleu']}")
+store.check_whole()
+for name in store.models:
+    print(f"[demo] {store.describe(name)}")
 PY
   say "benchmark: every method whose model is in models/, on the shipped test sets (batch 1 and 32)"
   python -m scripts.benchmark --rows configs/benchmark/reference.json configs/benchmark/orders.json \

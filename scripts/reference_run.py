@@ -52,6 +52,7 @@ import sys
 import time
 from pathlib import Path
 
+from fairseq_plugins.compat import load_checkpoint
 from fairseq_plugins.corpora.files import AtomicWriter
 from fairseq_plugins.evaluation import learning_curve, train_log
 from fairseq_plugins.evaluation.reference_models import (ROLES, ReferenceModels, better, evaluation_corpus, freeze,
@@ -61,6 +62,8 @@ from fairseq_plugins.evaluation.jobs import Job, TrainingSlots, exit_on_sigterm,
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_plugins"
 CURVE_GENERATE = "--task fast_translation --lenpen 0.6"  # every curve; a list line's generate= adds to it
+# a model packed before it finished: said so in the manifest, read long after the run that packed it ended
+SNAPSHOT = " (a snapshot: a later run with --models-dir resumes its training from it)"
 SELF = "self"  # --flatten-reference self: a model's floor is 3x the updates at which its own curve first flattened
 
 
@@ -183,12 +186,10 @@ def trained_updates(save_dir):
     """The updates of ``save_dir``'s checkpoint_last.pt (None without a readable one).  fairseq-train
     resumed at its --max-update still runs one more update and may overwrite checkpoint_best.pt, which
     other models were trained against (a drafter's verifier): such a training is not started again."""
-    import torch
-
     last = Path(save_dir) / "checkpoint_last.pt"
     if not last.exists() or not readable(last):
         return None
-    state = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+    state = load_checkpoint(last, mmap=True)
     return state["optimizer_history"][-1]["num_updates"]
 
 
@@ -205,12 +206,10 @@ def interval_checkpoints(folder):
 def readable(checkpoint):
     """Whether torch can load ``checkpoint`` (one written by a training killed while saving cannot; a
     warning says so); memory-mapped, so the tensors are not read."""
-    import torch
-
     try:
-        torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+        load_checkpoint(checkpoint, mmap=True)
         return True
-    except Exception as err:  # truncated zip, unpickling error...: whatever torch.load raises
+    except Exception as err:  # truncated zip...: whatever torch.load raises (a refused pickle is an error: SystemExit)
         reason = (str(err).splitlines() or [""])[0][:160]
         print(f"warning: torch cannot load {checkpoint} ({type(err).__name__}: {reason}); a training killed while "
               "saving leaves such a file", flush=True)
@@ -657,9 +656,7 @@ def snapshot_checkpoint(m, out, curve):
 
 def checkpoint_updates(checkpoint):
     """The updates a fairseq checkpoint was saved at (memory-mapped: the tensors are not read)."""
-    import torch
-
-    return torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["optimizer_history"][-1]["num_updates"]
+    return load_checkpoint(checkpoint, mmap=True)["optimizer_history"][-1]["num_updates"]
 
 
 def offer(m, args):
@@ -686,10 +683,10 @@ def offer(m, args):
     elif not m["curve"] and updates >= max_update:  # a drafter or blockwise heads: a fixed budget, no BLEU of its own
         stopped = f"trained its {max_update} updates (no BLEU curve: judged by the rows that decode with it)"
     elif not m["curve"]:
-        stopped = f"not finished: {updates} of its {max_update} updates when packed; the run goes on from here"
+        stopped = f"not finished: {updates} of its {max_update} updates when packed{SNAPSHOT}"
     else:
         stopped = (f"not converged: {updates} of at most {max_update} updates when packed"
-                   + (" (the cap)" if updates >= max_update else "; the run goes on from here"))
+                   + (" (the cap)" if updates >= max_update else SNAPSHOT))
     corpus = Path(args.data) / m["corpus"]
     train = train_command(m, args, gpu)
     entry = {"name": m["name"], "config": m["config"], "corpus": m["corpus"], "updates": updates, "converged": converged,
@@ -757,8 +754,6 @@ def pinned_checkpoint(pin, dest, repo=REPO):
 def freeze_role(args, role, source):
     """``--freeze ROLE SOURCE``: SOURCE is a checkpoint file, or a pin file (``.txt``: a checkpoint of this
     repository's history, :func:`pinned_checkpoint`)."""
-    import torch
-
     checkpoint = Path(source)
     pinned = checkpoint.suffix == ".txt" and checkpoint.is_file()
     if pinned:
@@ -766,7 +761,7 @@ def freeze_role(args, role, source):
     frozen = freeze(Path(args.out) / "checkpoints", role, checkpoint)
     if pinned:
         checkpoint.unlink()
-    state = torch.load(frozen, map_location="cpu", weights_only=False, mmap=True)
+    state = load_checkpoint(frozen, mmap=True)
     print(f"{role}: {frozen} ({state['optimizer_history'][-1]['num_updates']} updates)", flush=True)
 
 

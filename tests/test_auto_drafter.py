@@ -6,7 +6,7 @@ import pytest
 from engine_helpers import decode_all, engine, load, mismatches, mixed_batches, reference_greedy
 from fairseq_plugins.decoding.drafters import DrafterNotAvailableError
 from fairseq_plugins.decoding.drafters.auto import DrafterChoice
-from fairseq_plugins.decoding.report import summary_line
+from fairseq_plugins.decoding.report import mean_accepted_when_drafted, summary_line
 
 
 def test_the_fastest_per_token_is_kept_and_plain_greedy_unless_clearly_beaten():
@@ -75,6 +75,10 @@ def test_auto_is_fairseq_greedy_token_for_token_and_says_what_it_chose(tiny_corp
     assert min(gen.choice.batches[n] for n in racing) >= 3 and min(gen.choice.tokens[n] for n in racing) >= 256
     assert all(gen.choice.tokens[n] >= 128 for n in gen.choice.dropped)  # ... or half the tokens, then out
     assert f"chose {gen.choice.chosen}" in summary_line(gen.stats)
+    s = gen.stats  # the accepted figure follows the draft acceptance: per row-call that verified a draft
+    assert 0 < s["drafted_iterations"] < s["iterations"]  # plain greedy's batches verify none
+    assert mean_accepted_when_drafted(s) == pytest.approx(1 + s["draft_accepted"] / s["drafted_iterations"])
+    assert f"({mean_accepted_when_drafted(s):.2f} on the {s['drafted_iterations']} row-calls" in summary_line(s)
 
 
 def test_auto_refuses_a_lossy_rule(tiny_corpus, tiny_model):
@@ -94,8 +98,37 @@ def test_a_batch_of_much_longer_sources_starts_a_new_trial():
     assert choice.next(5) == "none"  # under twice as long: the choice holds
     assert choice.next(6) == "none" and choice.chosen is None  # a new trial, counted from its first batch
     # a run that ends here says what it chose and that it was trying again
-    assert choice.summary().startswith("drafter auto: chose none on sources up to 3 tokens (trial 1); a new trial")
+    assert choice.summary().startswith("drafter auto: chose none (trial 1, sources up to 3 tokens)")
+    assert "a new trial on longer sources began" in choice.summary()
     choice.record("none", 1.0, 100)
     assert choice.next(6) == "input_copy"
     choice.record("input_copy", 0.5, 100)
     assert choice.chosen == "input_copy" and choice.trials == 2 and "trial 2" in choice.summary()
+
+
+def test_the_summary_gives_the_choice_with_the_timings_it_was_made_on_and_no_time_for_untried_candidates():
+    """It printed '0.000 ms' for candidates not tried yet, and the unfinished trial's timings beside the choice an
+    earlier trial made."""
+    choice = DrafterChoice(["none", "input_copy", "jacobi_hgj"], trial_batches=1, trial_tokens=0, warmup_batches=0)
+    assert "0.000" not in choice.summary() and "none not tried" in choice.summary()
+    choice.record(choice.next(3), 1.0, 100)  # none: 10 ms per token
+    assert "none 10.000" in choice.summary() and "input_copy not tried, jacobi_hgj not tried" in choice.summary()
+    choice.record(choice.next(3), 0.5, 100)  # input_copy: 5 ms
+    choice.record(choice.next(3), 2.0, 100)  # jacobi_hgj: 20 ms
+    made = choice.summary()
+    assert made.startswith("drafter auto: chose input_copy (trial 1") and "none 10.000, input_copy 5.000, jacobi_hgj 20.000" in made
+    assert choice.next(6) == "none" and choice.chosen is None  # twice as long: a new trial ...
+    choice.record("none", 7.0, 100)  # ... whose first batch is slow
+    later = choice.summary()
+    assert later.startswith(made) and "a new trial" in later and "70.000" not in later
+
+
+def test_the_mean_accepted_of_the_calls_that_verified_a_draft_is_beside_the_overall_one():
+    """'mean accepted 1.00' beside '14% of draft tokens accepted' read as a contradiction: most calls had no draft."""
+    stats = {"drafter": "auto (none)", "acceptance": "exact", "sentences": 50, "model_calls": 900, "iterations": 1000,
+             "accepted_tokens": 1004, "draft_tokens": 100, "draft_accepted": 14, "drafted_iterations": 25}
+    line = summary_line(stats)
+    assert "mean accepted 1.00 (1.56 on the 25 row-calls that verified a draft)" in line
+    assert "draft tokens accepted 14.0% (14/100)" in line
+    every = dict(stats, drafted_iterations=1000, accepted_tokens=1140, draft_accepted=140, draft_tokens=1000)
+    assert "mean accepted 1.14 |" in summary_line(every)  # every call drafted: one figure says it

@@ -8,7 +8,8 @@ import pytest
 
 from conftest import REPO
 from fairseq_plugins.evaluation import bench_rows
-from fairseq_plugins.viz.speed_vs_bleu import group_notes, pareto_front
+from fairseq_plugins.evaluation.out_folder import LOCK
+from fairseq_plugins.viz.speed_vs_bleu import own_axis_groups, panel_grid, pareto_front, read_results
 from scripts import benchmark, benchmark_jobs
 from scripts.reference_run import read_models
 
@@ -102,8 +103,9 @@ def test_a_load_that_comes_and_goes_favours_neither_side():
     assert benchmark.pair_ratio(times[1], times[0])[0] == pytest.approx(2.0)
 
 
-def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch):
-    """run_benchmark over stub runners (``per_pass[(method, beam)]`` seconds per timed pass)."""
+def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch, log_lines=None):
+    """run_benchmark over stub runners (``per_pass[(method, beam)]`` seconds per timed pass); ``log_lines``: a
+    list that collects the benchmark's log lines."""
     clock, log, loads = FakeClock(), [], []
 
     def load(row, corpus, ckpt, args, beam, bs, *rest):
@@ -114,8 +116,9 @@ def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch):
     ckpt = tmp_path / "model.pt"
     ckpt.write_text("")
     rows = [dict(r, path=str(ckpt)) for r in rows]
+    logging = quiet if log_lines is None else dict(log=lambda *a, **k: log_lines.append(" ".join(map(str, a))))
     results = benchmark.run_benchmark(rows, corpus, None, tmp_path / "out", batch_sizes=[8], runs=3,
-                                      clock=clock, **quiet)
+                                      clock=clock, **logging)
     return results, loads
 
 
@@ -179,6 +182,27 @@ def test_a_control_row_is_the_engines_greedy_timed_beside_itself(tiny_corpus, tm
     bad = [dict(rows[0], args="--task fast_translation --drafter input_copy")] + rows[1:]
     with pytest.raises(benchmark.BenchmarkError, match="is a control: it must be the engine's greedy"):
         run_stubs(bad, per_pass, tiny_corpus, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("aa_seconds,flagged", [(0.1, True), (0.124, False), (0.131, False), (0.14, True)])
+def test_an_aa_control_outside_5_percent_flags_the_runs_timing_in_the_log_and_results_md(
+        tiny_corpus, tmp_path, monkeypatch, aa_seconds, flagged):
+    """Two copies of one decode reading more than 5% apart: every ratio of the run is that noisy, and the
+    log and results.md say so, naming the control (x1.25 and x0.89 flagged; x1.008 and x0.954 not)."""
+    per_pass = {("fairseq greedy", 1): 0.2, ("engine greedy", 1): 0.125, ("engine greedy (A/A)", 1): aa_seconds}
+    greedy = "--task fast_translation --drafter none"
+    rows = [{"method": "engine greedy (A/A)", "args": greedy, "lossless": True, "control": True},
+            {"method": "fairseq greedy", "baseline": True},
+            {"method": "engine greedy", "args": greedy, "lossless": True}]
+    lines = []
+    results, _ = run_stubs(rows, per_pass, tiny_corpus, tmp_path, monkeypatch, lines)
+    ratio = {r["method"]: r for r in results}["engine greedy (A/A)"]["ratio_vs_engine_greedy"]
+    assert ratio == pytest.approx(0.125 / aa_seconds, abs=1e-3)
+    said = [line for line in lines if "timing unreliable on this run" in line]
+    md = [line for line in (tmp_path / "out" / "results.md").read_text().splitlines()
+          if "timing unreliable on this run" in line]
+    assert len(said) == len(md) == int(flagged)
+    assert all("engine greedy (A/A)" in line and f"x{ratio:.3f}" in line for line in said + md)
 
 
 def test_a_checkpoint_rewritten_between_two_rows_is_a_clear_error(tiny_corpus, tmp_path, monkeypatch):
@@ -406,14 +430,75 @@ def test_pareto_front():
     assert pareto_front(points) == [1, 2, 4, 6]
 
 
-def test_group_rows_say_what_their_x_is_against():
-    rows = [{"method": "fairseq greedy", "group": "", "beam": 1, "baseline": True},
-            {"method": "lean beam", "group": "", "beam": 5, "baseline": False},
-            {"method": "orders: L2R-KD", "group": "orders", "beam": 4, "baseline": True},
-            {"method": "orders: L2R-KD", "group": "orders", "beam": 1, "baseline": True},
-            {"method": "orders: IBDecoder", "group": "orders", "beam": 1, "baseline": False}]
-    assert group_notes(rows) == ["x of the orders rows: vs orders: L2R-KD"]
-    assert group_notes(rows[:2]) == []
+def test_a_group_timed_against_another_models_greedy_gets_an_axis_of_its_own():
+    rows = [{"method": "fairseq greedy", "model": "base", "group": "", "beam": 1, "baseline": True},
+            {"method": "lean beam", "model": "base", "group": "", "beam": 5, "baseline": False},
+            {"method": "heads: fairseq greedy", "model": "heads", "group": "bw", "beam": 1, "baseline": True},
+            {"method": "heads", "model": "heads", "group": "bw", "beam": 1, "baseline": False},
+            {"method": "orders: L2R-KD", "model": "l2r", "group": "orders", "beam": 4, "baseline": True},
+            {"method": "orders: L2R-KD", "model": "l2r", "group": "orders", "beam": 1, "baseline": True},
+            {"method": "orders: IBDecoder", "model": "ib", "group": "orders", "beam": 1, "baseline": False}]
+    rows = [dict(r, corpus="en-de", batch_size=1, bleu=30.0, ratio_vs_greedy=1.0) for r in rows]
+    assert own_axis_groups(rows) == {"orders": "orders: L2R-KD"}  # the heads are timed against their own model
+    lines, sizes = panel_grid(rows)
+    assert [title for title, _, _ in lines] == ["en-de", "en-de, orders"] and sizes == [1]
+    assert [r["method"] for r in lines[1][2][0]] == ["orders: L2R-KD", "orders: L2R-KD", "orders: IBDecoder"]
+    assert "orders: L2R-KD" in lines[1][1] and "fairseq greedy" in lines[0][1]
+    assert own_axis_groups(rows[:4]) == {}
+
+
+DEMO_RESULTS = REPO / "docs" / "figures" / "demo_2026-11-28_whole_set.jsonl"
+
+
+def test_the_demos_plot_one_colour_per_family_no_controls_one_baseline_per_panel_every_point_labelled(
+        tmp_path, monkeypatch):
+    """It had 27-30 legend entries with colours repeated, labelled an A/A control as a Pareto point and drew
+    the orders (timed against L2R-KD) on the axis of rows timed against fairseq's greedy."""
+    import types
+
+    from fairseq_plugins.viz import speed_vs_bleu
+
+    rows = read_results(DEMO_RESULTS)
+    controls = [r for r in rows if "A/A control" in r["method"]]
+    assert len(controls) == 6 and all(bench_rows.is_control(r) for r in controls)
+    assert not [r for r in rows if bench_rows.is_control(r) and r not in controls]
+    plt, figs = speed_vs_bleu.pyplot(), []
+    monkeypatch.setattr(speed_vs_bleu, "pyplot", lambda: types.SimpleNamespace(subplots=plt.subplots, close=figs.append))
+    speed_vs_bleu.plot(rows, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 1000
+    panels = [ax for ax in figs[0].axes if ax.collections]
+    families = {r["family"] for r in rows}
+    colours = {tuple(c.get_edgecolor()[0]) for ax in panels for c in ax.collections}
+    assert len(colours) == len(families) == 3
+    shown = [r for r in rows if r not in controls]
+    assert sum(len(ax.collections) for ax in panels) == len(shown)  # every row but the controls
+    for ax in panels:
+        assert len(ax.texts) == len(ax.collections)  # every point labelled
+        orders = "orders" in ax.get_title()
+        expected = [r for r in shown if (r["group"] == "orders") == orders and f"{r['corpus']}," in ax.get_title()
+                    and ax.get_title().endswith(f"batch size {r['batch_size']}")]
+        assert len(ax.collections) == len(expected), ax.get_title()
+        assert ("L2R-KD" in ax.get_xlabel()) == orders
+    legend = [t.get_text() for legend in figs[0].legends for t in legend.get_texts()]
+    assert not [t for t in legend if "A/A" in t and "not shown" not in t]
+    numbered = [t for t in legend if t.strip()[:1].isdigit()]
+    assert len(numbered) == len({r["method"] for r in shown})
+
+
+def test_the_plot_script_names_the_file_and_line_of_a_bad_results_line(tmp_path):
+    from scripts import benchmark_plot
+
+    lines = DEMO_RESULTS.read_text().splitlines()
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(lines[:2] + [lines[2][: len(lines[2]) // 2]]) + "\n")  # cut short by a full disk
+    with pytest.raises(SystemExit) as err:
+        benchmark_plot.main([str(path), "--out", str(tmp_path / "p.png")])
+    assert str(err.value.code).startswith(f"error: {path}:3: not a whole JSON line")
+    path.write_text("\n".join(lines[:3] + ['{"method": "x"}']) + "\n")
+    with pytest.raises(SystemExit) as err:
+        benchmark_plot.main([str(path), "--out", str(tmp_path / "p.png")])
+    assert str(err.value.code).startswith(f"error: {path}:4: a results line without corpus")
+    assert not (tmp_path / "p.png").exists()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -699,7 +784,7 @@ def test_jobs_give_one_processs_results_and_files(two_groups, tiny_corpus, tmp_p
     written = [json.loads(line) for line in (tmp_path / "two" / "results.jsonl").read_text().splitlines()]
     assert [r["method"] for r in written] == [r["method"] for r in two]
     assert "2 processes side by side" in (tmp_path / "two" / "results.md").read_text()
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["results.jsonl", "results.md", "speed_vs_bleu.png"]
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [LOCK, "results.jsonl", "results.md", "speed_vs_bleu.png"]
 
 
 def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_groups, tiny_corpus, tmp_path):
@@ -708,7 +793,7 @@ def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_group
     with pytest.raises(benchmark.BenchmarkError, match="checkpoint .*other.* not found"):
         benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
                                      timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not (tmp_path / "out").exists() or [p.name for p in (tmp_path / "out").iterdir()] == [LOCK]
 
 
 def _fail_once_started(started, message):
@@ -758,3 +843,100 @@ def test_jobs_refuse_a_gpu_and_a_bad_count_before_anything_runs(two_groups, tiny
         benchmark_jobs.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
                                      jobs=2)
     assert not (tmp_path / "out").exists()
+
+
+# --out: files replaced whole, checked writable before any decoding, one run at a time, workers stopped
+
+
+def test_results_are_replaced_whole_or_not_at_all(tmp_path):
+    """A write that fails half-way (here a row that does not serialise; a full disk alike) leaves the earlier file."""
+    (tmp_path / "results.jsonl").write_text('{"method": "earlier"}\n')
+    with pytest.raises(TypeError):
+        benchmark.write_outputs([{"method": "a"}, {"method": "b", "bleu": object()}], tmp_path)
+    assert (tmp_path / "results.jsonl").read_text() == '{"method": "earlier"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]  # no temporary file left
+
+
+def test_an_output_that_cannot_be_written_is_found_before_any_decoding(two_groups, tiny_corpus, tmp_path):
+    rows, _ = two_groups
+    lines = []
+    for jobs in (1, 2):
+        out = tmp_path / f"out{jobs}"
+        (out / "results.jsonl").mkdir(parents=True)  # where the results go, taken by a folder
+        with pytest.raises(benchmark.BenchmarkError, match="results.jsonl is not a file"):
+            benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, out, jobs=jobs, batch_sizes=[4], runs=1,
+                                              timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6),
+                                              log=lambda *a, **k: lines.append(a))
+    assert lines == []  # nothing decoded
+    with pytest.raises(benchmark.BenchmarkError, match="not a file"):  # run_benchmark itself checks too
+        benchmark.run_benchmark(rows[:1], tiny_corpus, None, tmp_path / "out1", batch_sizes=[4], runs=1, **quiet)
+
+
+def _descendants(pid):
+    """The pids of ``pid``'s processes, children of children included (Linux /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_second_run_into_one_out_is_refused_and_a_signal_stops_every_worker(two_groups, tiny_corpus, tmp_path, sig):
+    """Two benchmarks into one --out crashed on the shared .jobs folder; SIGTERM to a --jobs 2 benchmark left both
+    workers decoding for minutes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows, _ = two_groups
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    cmd = [sys.executable, "-m", "scripts.benchmark", "--rows", str(tmp_path / "rows.json"), "--data", str(tiny_corpus),
+           "--out", str(tmp_path / "out"), "--jobs", "2", "--threads", "1", "--batch-sizes", "1", "--runs", "200",
+           "--no-memory", "--max-len-b", "20"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(2400):  # until both jobs decode (bounded: a broken start fails, it does not hang)
+            text = (tmp_path / "first.log").read_text()
+            if "[job 1] [bench" in text and "[job 2] [bench" in text or first.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        workers = _descendants(first.pid)
+        assert len(workers) >= 2
+        second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode != 0 and f"another run (pid {first.pid}) is writing into" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        first.send_signal(getattr(signal, sig))
+        first.wait(timeout=120)
+        for _ in range(600):
+            if not any(_alive(p) for p in workers):
+                break
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)], "workers outlived the benchmark"
+        assert not (tmp_path / "out" / ".jobs").exists()
+    finally:
+        for p in [first.pid] + _descendants(first.pid):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        first.wait()
+        log.close()

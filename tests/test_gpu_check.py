@@ -23,3 +23,18 @@ def test_dry_run_on_cpu_reports_every_lossless_generator(tiny_corpus, tiny_model
 def test_gpu_report(tiny_corpus, tiny_model):
     rates = gpu_check.main(["--data", str(tiny_corpus / "bin"), "--path", str(tiny_model), "--device", "cuda"])
     assert set(rates) == {"fp32", "fp16"}
+
+
+def test_the_check_on_a_machine_without_a_gpu_says_so_and_fails():
+    """It ran pytest, printed its skips and exited 0: a check that checked nothing read as passed."""
+    import os
+    import subprocess
+
+    from conftest import REPO
+
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no device torch can see, on any machine
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh")], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "no GPU: nothing to check" in proc.stdout + proc.stderr
+    assert "skipped" not in proc.stdout + proc.stderr  # pytest was not run

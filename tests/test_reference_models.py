@@ -166,9 +166,9 @@ def test_a_role_is_frozen_once_and_never_replaced(tmp_path, tiny_model):
     teacher = rm.freeze(ckpts, "teacher", tiny_model)
     assert teacher == ckpts / "teacher" / "checkpoint_best.pt" and teacher.read_bytes() == tiny_model.read_bytes()
     newer = tmp_path / "newer.pt"
-    newer.write_bytes(b"a later baseline")
+    torch.save({"model": {"w": torch.ones(1)}}, newer)  # a later baseline (it is read with the safe loader first)
     assert rm.freeze(ckpts, "teacher", newer).read_bytes() == tiny_model.read_bytes()
-    assert rm.freeze(ckpts, "verifier", newer).read_bytes() == b"a later baseline"  # each role on its own
+    assert rm.freeze(ckpts, "verifier", newer).read_bytes() == newer.read_bytes()  # each role on its own
     # the convergence run's stage 2 reads the roles: the orders the teacher, the drafters the verifier
     from scripts.reference_run import config_args, read_models
     for m in [m for name in ("convergence_kd.txt", "convergence_extra.txt")
@@ -448,3 +448,29 @@ def test_a_model_without_a_curve_is_packed_with_its_budget_as_where_it_stopped(t
     (models / "MANIFEST.json").unlink()
     reference_run.main(argv + ["--max-update", str(updates + 1)])
     assert rm.ReferenceModels(models).entry("heads")["stopped"].startswith(f"not finished: {updates} of its {updates + 1}")
+
+
+def test_a_failed_offer_removes_what_it_staged_and_a_leftover_is_named_with_its_rm(tmp_path, tiny_model):
+    store = rm.ReferenceModels(tmp_path / "models")
+    with pytest.raises(FileNotFoundError):  # the corpus to ship is not there: after the checkpoint was staged
+        store.offer(entry("m", 100), tiny_model, tmp_path / "no-corpus")
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == []
+    assert store.problems() == []
+    left = tmp_path / "models" / f".m{rm.STAGED}"  # what an offer killed outright (SIGKILL) leaves; git ignores it
+    left.write_bytes(b"half a checkpoint")
+    with pytest.raises(SystemExit) as err:
+        store.check_whole()
+    line = next(line for line in str(err.value.code).splitlines() if str(left) in line)
+    subprocess.run(line.rsplit(": ", 1)[1], shell=True, check=True, cwd=tmp_path)  # the command it names
+    assert not left.exists() and store.problems() == []
+    store.check_whole()
+
+
+def test_the_demos_model_lines_say_only_what_is_so():
+    """No 'test BLEU None' for a model without a BLEU of its own, no 'the run goes on from here' read
+    long after the run that packed a snapshot ended."""
+    lines = [SHIPPED.describe(name) for name in SHIPPED.models]
+    assert not [line for line in lines if "None" in line or "goes on from here" in line]
+    for name, e in SHIPPED.models.items():
+        assert (f"test BLEU {e['test_bleu']}" in SHIPPED.describe(name)) == (e["test_bleu"] is not None)
+    assert "goes on from here" not in reference_run.SNAPSHOT

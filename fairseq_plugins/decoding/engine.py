@@ -34,7 +34,9 @@ prints and scores them as usual.
 ``iterations`` (row-iterations: one per row per call it took part in), ``accepted_tokens`` (tokens
 appended, drafts + the verifier's own, i.e. Stern's accepted block sizes summed; mean accepted =
 ``accepted_tokens / iterations``), ``draft_accepted`` (draft tokens only), ``draft_tokens``
-(draft tokens proposed), ``produced_tokens`` (hypothesis tokens incl. EOS), ``sentences``;
+(draft tokens proposed), ``drafted_iterations`` (the row-iterations that verified a draft token: the
+mean accepted of those is ``1 + draft_accepted / drafted_iterations``), ``produced_tokens``
+(hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ class DraftVerifyOptionError(PluginError, ValueError):
     """Generation options the draft-and-verify engine cannot honour; the message says how to fix it."""
 
 
-STAT_KEYS = ("model_calls", "iterations", "accepted_tokens", "draft_accepted", "draft_tokens",
+STAT_KEYS = ("model_calls", "iterations", "accepted_tokens", "draft_accepted", "draft_tokens", "drafted_iterations",
              "produced_tokens", "sentences", "oracle_model_calls")
 
 
@@ -101,6 +103,7 @@ class Run:
     host_reads: bool = False  # the host reads the batch's tensors for one operation (iteration_cost.host_reads_free)
     draft_accepted: int = 0   # draft tokens appended (stats, counted on the host from the synchronisation)
     draft_tokens: int = 0     # draft tokens proposed
+    drafted_rows: int = 0     # row-iterations that verified at least one draft token
     proposes_after_sync: bool = field(init=False)  # the drafter is asked after the sync, given the host's ``longest``
 
     def __post_init__(self):
@@ -474,7 +477,9 @@ class DraftVerifyGenerator:
         """The width policy learns what this call's draft achieved; the batch counts the call and,
         for the stats, the draft tokens proposed and appended (``rows.lengths``: before this call)."""
         if synced.got is not None and run.count_stats:
-            run.draft_tokens += sum(synced.proposed if synced.proposed is not None else synced.sent)
+            drafts = synced.proposed if synced.proposed is not None else synced.sent
+            run.draft_tokens += sum(drafts)
+            run.drafted_rows += sum(1 for n in drafts if n > 0)
             # an accepted draft token counts where it was appended (not cut at an EOS or the length limit)
             run.draft_accepted += sum(min(got, after - before)
                                       for got, after, before in zip(synced.got, synced.lengths, rows.lengths))
@@ -538,6 +543,7 @@ class DraftVerifyGenerator:
         stats["sentences"] += bsz
         stats["draft_accepted"] += run.draft_accepted
         stats["draft_tokens"] += run.draft_tokens
+        stats["drafted_iterations"] += run.drafted_rows
 
     def _lazy_columns(self, drafter: Drafter, host_reads: bool) -> bool:
         """Project the verifier's columns onto the vocabulary chunk by chunk, stopping once every row

@@ -208,6 +208,28 @@ def is_engine_greedy(row):
     return drafter_of(row) == "none" and not row.get("baseline") and not row.get("control")
 
 
+AA_TOLERANCE = 0.05  # an A/A control further than this from x1.00: the run's timings are not to be trusted
+
+
+def is_control(result):
+    """Whether a result row is an A/A control: the engine's greedy timed beside the engine's greedy.  Rows
+    record it (``control``); older results files did not, and there it is the one ``--drafter none`` row
+    with a ``ratio_vs_engine_greedy``."""
+    if "control" in result:
+        return bool(result["control"])
+    return result.get("ratio_vs_engine_greedy") is not None and drafter_of({"args": result.get("config", "")}) == "none"
+
+
+def unreliable_timing(results):
+    """One line per A/A control whose ratio lies outside 1 +- :data:`AA_TOLERANCE`: two copies of the same
+    decode read that far apart, so every ratio of the run carries that much noise."""
+    return [f"timing unreliable on this run: the A/A control '{r['method']}' (batch {r['batch_size']}) reads "
+            f"x{r['ratio_vs_engine_greedy']:.3f} against the same decode, outside +-{AA_TOLERANCE:.0%}; ratios within "
+            "that of 1 say nothing (run again on an idle machine, or with more --runs)"
+            for r in results if is_control(r) and r.get("ratio_vs_engine_greedy") is not None
+            and abs(r["ratio_vs_engine_greedy"] - 1.0) > AA_TOLERANCE]
+
+
 def is_drafting(row):
     """A lossless row with a drafter, or the A/A control: timed beside the engine's greedy too."""
     return bool(row.get("lossless")) and (drafter_of(row) not in (None, "none") or bool(row.get("control")))

@@ -27,7 +27,7 @@ def job_env(repo, threads=1):
                 OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
 
 
-def _die_with_parent():
+def die_with_parent():
     """In the child before exec: SIGTERM to this job when the process that started it dies."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -43,7 +43,7 @@ class Job:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                         preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
 
     @property
     def group(self):

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,7 @@ EVALUATION_SPLITS = ("valid", "test")
 # (not spm.vocab, sentencepiece's readable listing, nor the <split>.sub.<lang> files bin/ was made from: the
 # set fits the 40 MiB budget with them left out, 0.6 MiB)
 SEGMENTATION_FILES = ("spm.model", "bpe.codes", "subword")
+STAGED = ".staged.pt"  # models/.<name>.staged.pt: an offer's checkpoint until it is taken
 
 
 class ReferenceModelError(SystemExit):
@@ -93,7 +95,9 @@ def strip_checkpoint(src, dest, half: bool = False, resumable: bool = False):
     ``fairseq-train --restore-file`` rebuilds the optimizer (its moments start at zero).  Returns the size."""
     import torch
 
-    state = torch.load(src, map_location="cpu", weights_only=False)
+    from fairseq_plugins.compat import load_checkpoint
+
+    state = load_checkpoint(src)
     if half:
         state["model"] = _half(state["model"])
     optimizer = state.get("last_optimizer_state") if resumable else None
@@ -112,10 +116,13 @@ def freeze(ckpt_root, role, source):
     baseline that trains on.  Returns its path."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    from fairseq_plugins.compat import load_checkpoint
+
     dest = Path(ckpt_root) / role / CHECKPOINT
     if not dest.exists():
         if not Path(source).is_file():
             raise FileNotFoundError(f"no {role} checkpoint at {source}: give a trained baseline's checkpoint")
+        load_checkpoint(source, mmap=True)  # a file that would run code when unpickled is refused, not frozen
         with AtomicBinary(dest) as f, open(source, "rb") as src:
             shutil.copyfileobj(src, f)
     return dest
@@ -215,23 +222,25 @@ class ReferenceModels:
         name = entry["name"]
         if not better(entry, self.entry(name)):
             return False
-        staged = self.folder / f".{name}.staged.pt"
-        pack_checkpoint(checkpoint, staged)
-        base = self._share_frozen_base(staged, name)
-        size = staged.stat().st_size
-        budget = self.manifest.get("budget_bytes", BUDGET_BYTES)
-        total = folder_bytes(self.folder, leave_out={staged, self.checkpoint(name)}) + size
-        if total > budget:
-            staged.unlink()
-            raise ReferenceModelError(f"{name} ({size / 2**20:.1f} MiB) would bring {self.folder} to {total / 2**20:.1f} "
-                                      f"MiB, over its budget of {budget / 2**20:.0f} MiB: remove a model from the manifest "
-                                      "and its folder first")
-        evaluation = evaluation_corpus(corpus)
-        shipped = self.folder / DATA / evaluation.name
-        if not shipped.exists():
-            ship_corpus(evaluation, shipped)
-        self.checkpoint(name).parent.mkdir(exist_ok=True)
-        os.replace(staged, self.checkpoint(name))
+        staged = self.folder / f".{name}{STAGED}"
+        try:  # whatever fails, nothing staged stays behind (git ignores it: only rm would remove it)
+            pack_checkpoint(checkpoint, staged)
+            base = self._share_frozen_base(staged, name)
+            size = staged.stat().st_size
+            budget = self.manifest.get("budget_bytes", BUDGET_BYTES)
+            total = folder_bytes(self.folder, leave_out={staged, self.checkpoint(name)}) + size
+            if total > budget:
+                raise ReferenceModelError(f"{name} ({size / 2**20:.1f} MiB) would bring {self.folder} to "
+                                          f"{total / 2**20:.1f} MiB, over its budget of {budget / 2**20:.0f} MiB: remove a "
+                                          "model from the manifest and its folder first")
+            evaluation = evaluation_corpus(corpus)
+            shipped = self.folder / DATA / evaluation.name
+            if not shipped.exists():
+                ship_corpus(evaluation, shipped)
+            self.checkpoint(name).parent.mkdir(exist_ok=True)
+            os.replace(staged, self.checkpoint(name))
+        finally:
+            staged.unlink(missing_ok=True)
         self.models[name] = dict(entry, corpus_sha256=corpus_sha256(corpus), evaluation_data=f"{DATA}/{evaluation.name}",
                                  checkpoint=f"{name}/{CHECKPOINT}", bytes=size,
                                  sha256=file_sha256(self.checkpoint(name)))
@@ -247,16 +256,17 @@ class ReferenceModels:
         it).  Returns the base's name, or None (the checkpoint stays whole)."""
         import torch
 
+        from fairseq_plugins.compat import load_checkpoint
         from fairseq_plugins.models.blockwise_transformer import HEADS
 
-        state = torch.load(staged, map_location="cpu", weights_only=False)
+        state = load_checkpoint(staged)
         cfg = state["cfg"]["model"]
         if getattr(cfg, "arch", None) != "blockwise_transformer" or not getattr(cfg, "freeze_base", False):
             return None
         weights = state["model"]
         base_keys = {k for k in weights if not k.startswith(HEADS)}
         for other in sorted(n for n in self.models if n != name and not self.models[n].get("base")):
-            shipped = torch.load(self.checkpoint(other), map_location="cpu", weights_only=False)["model"]
+            shipped = load_checkpoint(self.checkpoint(other))["model"]
             if set(shipped) == base_keys and all(shipped[k].dtype == weights[k].dtype and shipped[k].shape == weights[k].shape
                                                  and torch.equal(shipped[k], weights[k]) for k in base_keys):
                 state["model"] = {k: v for k, v in weights.items() if k.startswith(HEADS)}
@@ -274,8 +284,10 @@ class ReferenceModels:
 
     def problems(self):
         """What is wrong with the folder: a checkpoint missing or not matching its sha256, a missing
-        evaluation set, heads-only blockwise heads whose base is gone or was replaced, the budget passed."""
-        found = []
+        evaluation set, heads-only blockwise heads whose base is gone or was replaced, a staged checkpoint
+        left by an offer that was killed, the budget passed."""
+        found = [f"{p} was left by an offer that did not finish (git ignores it): rm {shlex.quote(str(p))}"
+                 for p in sorted(self.folder.glob(f".*{STAGED}"))]
         for name, entry in self.models.items():
             base = entry.get("base")
             if base and (self.entry(base) or {}).get("sha256") != entry["base_sha256"]:
@@ -292,3 +304,16 @@ class ReferenceModels:
         if total > self.manifest.get("budget_bytes", BUDGET_BYTES):
             found.append(f"{self.folder} holds {total / 2**20:.1f} MiB, over its budget")
         return found
+
+    def check_whole(self):
+        """An error listing :meth:`problems`, if any, and how to restore the folder as git has it."""
+        found = self.problems()
+        if found:  # checkout restores the files git tracks; a file git ignores (a staged checkpoint) has its own rm
+            raise ReferenceModelError(f"{self.folder} is not whole:\n  " + "\n  ".join(found) + f"\n(git checkout -- "
+                                      f"{self.folder} restores the files git tracks)")
+
+    def describe(self, name):
+        """One line on model ``name``: how far it trained and why it stopped, and its test BLEU if it has one."""
+        e = self.models[name]
+        bleu = "" if e.get("test_bleu") is None else f"; test BLEU {e['test_bleu']}"
+        return f"{self.folder.name}/{name}: {e['updates']} updates, {e['stopped']}{bleu}"

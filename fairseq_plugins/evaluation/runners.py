@@ -66,9 +66,12 @@ class FairseqRunner:
 
 
 def convert_to_ctranslate2(checkpoint, corpus, out_dir):
+    from fairseq_plugins.compat import load_checkpoint
+
     out_dir = Path(out_dir)
     if (out_dir / "model.bin").exists() and out_dir.stat().st_mtime >= Path(checkpoint).stat().st_mtime:
         return out_dir
+    load_checkpoint(checkpoint, mmap=True)  # the converter unpickles it unsafely: refused here if it would run code
     cmd = [str(Path(sys.executable).parent / "ct2-fairseq-converter"), "--model_path", str(checkpoint),
            "--data_dir", str(corpus.bin), "--source_lang", corpus.src, "--target_lang", corpus.tgt,
            "--user_dir", str(PLUGIN_DIR), "--output_dir", str(out_dir), "--force",

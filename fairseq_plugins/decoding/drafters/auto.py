@@ -65,6 +65,7 @@ class DrafterChoice:
         self.chosen_at = 0  # source length of the batches the choice was made on
         self.last: Optional[str] = None  # the latest choice made (kept while a new trial runs)
         self.trials = 0  # choices made so far
+        self.made: Optional[str] = None  # the latest choice with the timings it was made on (summary())
         self._length = 0
         self._turn = 0
 
@@ -123,21 +124,29 @@ class DrafterChoice:
         self.chosen = self.last = best if self.per_token(best) <= (1 - self.margin) * plain else "none"
         self.chosen_at, self._length = self._length, 0
         self.trials += 1
-        logger.info(self.summary())
-
-    def summary(self) -> str:
-        times = ", ".join(f"{n} {1e3 * self.per_token(n):.3f}" for n in self.names)
-        if self.chosen is None:
-            if self.last is None:
-                return f"drafter auto: still choosing (ms per token so far: {times})"
-            return (f"drafter auto: chose {self.last} on sources up to {self.chosen_at} tokens (trial {self.trials}); "
-                    f"a new trial on longer sources was under way (ms per token so far: {times})")
         why = ("the fastest" if self.chosen != "none" else
                f"no drafter was {100 * self.margin:.0f}% faster than plain greedy")
+        self.made = (f"chose {self.chosen} (trial {self.trials}, sources up to {self.chosen_at} tokens), {why} "
+                     f"({self._timings()})")
+        logger.info(self.summary())
+
+    def _timings(self) -> str:
+        """This trial's ms per token of each candidate ('not tried': no batch counted yet), batches counted,
+        and who left it."""
+        times = ", ".join(f"{n} {1e3 * self.per_token(n):.3f}" if self.batches[n] else f"{n} not tried"
+                          for n in self.names)
         counted = ", ".join(f"{n} {self.batches[n]}" for n in self.names)
         left = "".join(f"; {n} left the trial at {r:.2f}x none's time per token" for n, r in self.dropped.items())
-        return (f"drafter auto: chose {self.chosen} (trial {self.trials}, sources up to {self.chosen_at} tokens), "
-                f"{why} (ms per token: {times}; batches counted: {counted}{left})")
+        return f"ms per token: {times}; batches counted: {counted}{left}"
+
+    def summary(self) -> str:
+        """The choice with the timings it was made on; before the first one, the trial so far.  A trial
+        on longer sources that had not ended is named, not mixed into the choice's timings."""
+        if self.made is None:
+            return f"drafter auto: still choosing ({self._timings()})"
+        if self.chosen is None:
+            return f"drafter auto: {self.made}; then a new trial on longer sources began and had not ended"
+        return f"drafter auto: {self.made}"
 
 
 @DRAFTERS.register("auto", help="try the lossless drafters this model supports on the first batches, keep the "
