@@ -353,8 +353,9 @@ def test_training_steps_under_the_device_trap(tiny_corpus, tiny_model, tmp_path)
 # ---- 3. the sync budget ----
 
 # per batch, outside the loop: the encoder's padding check (step.begin), the first draft's width,
-# the stats read at the end
-SETUP_SYNCS_PER_BATCH = 3
+# the stats read at the end, and the weight checks of the encoder pass and the decoder step (one read
+# each of the fingerprints of the weights they copied: projection.WeightCheck)
+SETUP_SYNCS_PER_BATCH = 5
 
 
 def _budget_message(counter, calls, batches):

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
-from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection
+from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection, WeightCheck
 
 
 class UnsupportedDecoderError(ValueError):
@@ -112,6 +112,8 @@ class DecoderStep:
         self._embed_w = decoder.embed_tokens.weight
         self._masks: Dict[Tuple, Tensor] = {}
         self.vocab_projection = VocabProjection(decoder)
+        # every weight the step copies, checked in one host read per batch (``projection.WeightCheck``)
+        self.weights = WeightCheck([p for lw in self.layers for p in lw.products] + [self.vocab_projection.product])
 
     # ---- per batch ----
     def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None, group: int = 1) -> KVCache:
@@ -156,11 +158,12 @@ class DecoderStep:
         return F.embedding(index, pos.weight)  # learned (the padding row is never indexed)
 
     def _refresh(self):
-        """Once per batch: re-read the weights (dtype/device may have changed) and prepare the
+        """Once per batch: re-read the weights (replaced, moved, cast or changed in content, however:
+        ``projection.WeightCheck``) and prepare the
         sinusoidal table for every position the decoder accepts (no per-call size check)."""
+        self.weights.refresh()
         for lw in self.layers:
-            lw.refresh()
-        self.vocab_projection.refresh()
+            lw.refresh()  # the layer norms (the products are fresh now: nothing more to lay out)
         pos = self.decoder.embed_positions
         if self.embed_slots is None and pos is not None and hasattr(pos, "weights"):
             weight = self.decoder.embed_tokens.weight
