@@ -46,8 +46,9 @@ from fairseq_plugins.decoding.step import DecoderStep
 
 class ModelParts:
     """What a model decodes through, made once per model and kept across batches: its encoder pass
-    and its lean decoder step (making them lays out, and on a CPU packs, every weight: ~5 ms for a
-    3+3-layer d=128 model, more than a whole sentence at batch 1)."""
+    and its lean decoder step (their first batch lays out, and on a CPU packs, every weight: ~5 ms
+    for a 3+3-layer d=128 model, more than a whole sentence at batch 1; later batches only check
+    the weights' fingerprints, ``projection.WeightCheck``)."""
 
     def __init__(self, model):
         self.model, self.encoder, self.step = model, Encoder(model.encoder), DecoderStep(model.decoder)
