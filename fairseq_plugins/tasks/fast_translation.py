@@ -29,7 +29,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from fairseq_plugins.decoding.acceptance import ACCEPTANCES
+from fairseq_plugins.decoding.acceptance import ACCEPTANCES, build_acceptance
 from fairseq_plugins.decoding.dedup import dedup_hypothesis
 from fairseq_plugins.decoding.drafters import DRAFTERS, check_block_size
 from fairseq_plugins.decoding.engine import build_draft_verify_generator
@@ -248,6 +248,7 @@ def validate_options(cfg):
         if cfg.drafter is not None:
             DRAFTERS.check(cfg.drafter)
         ACCEPTANCES.check(cfg.acceptance)
+        build_acceptance(cfg)  # the rule's own options (--acceptance topk needs --acceptance-topk)
         if cfg.block_size is not None:
             check_block_size(cfg.block_size)
     except ValueError as err:

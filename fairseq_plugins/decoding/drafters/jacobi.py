@@ -48,6 +48,7 @@ class JacobiDrafter(BlockDrafter):
     adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     drafts_after_plain_steps = False  # after a plain step the next positions hold no prediction yet
     needs_all_columns = True  # the verifier's predictions at every fed position are the next iterate (Eq. 4)
+    drafts_depend_on_batch = True  # the iterate is as wide as the batch's call, its slots past a row's draft included
 
     def __init__(self, variant: str, block_size: int, record: bool = False, length: str = "max"):
         if variant not in ("pj", "pgj", "hgj"):
