@@ -40,9 +40,10 @@ def tiny(tiny_corpus, tiny_model):
     return load(tiny_corpus, tiny_model)
 
 
-@pytest.mark.parametrize("drafter,acceptance,warns", [("jacobi_pj", "topk", True), ("jacobi_hgj", "min_block", True),
-                                                      ("jacobi_pj", "exact", False), ("input_copy", "topk", False)])
-def test_a_jacobi_draft_with_a_lossy_rule_warns_that_the_batch_size_matters(tiny, caplog, drafter, acceptance, warns):
+@pytest.mark.parametrize("drafter,acceptance,warns", [("jacobi_hgj", "topk", True), ("jacobi_pgj", "min_block", True),
+                                                      ("jacobi_hgj", "exact", False), ("jacobi_pj", "topk", False),
+                                                      ("input_copy", "topk", False)])
+def test_a_block_jacobi_draft_with_a_lossy_rule_warns_that_the_batch_size_matters(tiny, caplog, drafter, acceptance, warns):
     models, task = tiny
     with caplog.at_level(logging.WARNING, logger="fairseq_plugins.decoding.engine"):
         engine(models, task, drafter, acceptance=acceptance)
