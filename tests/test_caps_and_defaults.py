@@ -1,7 +1,6 @@
 """Caps and defaults said, not silent (issue 49): ``--block-size`` is bounded, ``--acceptance topk``
-needs its N, a Jacobi draft with a lossy rule warns that its output depends on the batch size, a
-beam above the vocabulary is capped as fairseq caps it, and alignments come when asked."""
-import logging
+needs its N, a lossy rule gives the same output at every batch size (Jacobi's did not), a beam
+above the vocabulary is capped as fairseq caps it, and alignments come when asked."""
 from argparse import Namespace
 
 import pytest
@@ -9,7 +8,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from _all_generators import BEAM_CASES, beam_model, random_sources
-from engine_helpers import engine, gen_args, load, mixed_batches
+from engine_helpers import decode_all, engine, gen_args, load, mixed_batches
 
 from fairseq_plugins.decoding.drafters.base import MAX_BLOCK_SIZE
 from fairseq_plugins.decoding.lean_beam import LeanBeamSearch
@@ -40,15 +39,17 @@ def tiny(tiny_corpus, tiny_model):
     return load(tiny_corpus, tiny_model)
 
 
-@pytest.mark.parametrize("drafter,acceptance,warns", [("jacobi_hgj", "topk", True), ("jacobi_pgj", "min_block", True),
-                                                      ("jacobi_hgj", "exact", False), ("jacobi_pj", "topk", False),
-                                                      ("input_copy", "topk", False)])
-def test_a_block_jacobi_draft_with_a_lossy_rule_warns_that_the_batch_size_matters(tiny, caplog, drafter, acceptance, warns):
+@pytest.mark.parametrize("drafter,acceptance", [("jacobi_hgj", "topk"), ("jacobi_pgj", "min_block"),
+                                                ("jacobi_hgj", "gad_pp")])
+def test_a_lossy_rule_gives_the_same_output_at_every_batch_size(tiny, drafter, acceptance):
+    """A Jacobi row kept the verifier's predictions at the columns a wider row of its batch added:
+    its next draft, and so what a lossy rule accepted, depended on the batch (on the shipped baseline's
+    first 200 test sentences, batch 64 against 1: HGJ 20 differed with top-2, 95 with min_block)."""
     models, task = tiny
-    with caplog.at_level(logging.WARNING, logger="fairseq_plugins.decoding.engine"):
-        engine(models, task, drafter, acceptance=acceptance)
-    lines = [r.getMessage() for r in caplog.records if "depends on the batch size" in r.getMessage()]
-    assert len(lines) == int(warns), lines
+    gen = engine(models, task, drafter, acceptance=acceptance, block_size=4, adaptive_block_size="off")
+    outputs = [{sid: h["tokens"].tolist() for sid, h in decode_all(gen, models, mixed_batches(task, bs)).items()}
+               for bs in (1, 16)]
+    assert outputs[0] == outputs[1]
 
 
 def test_the_lean_beam_caps_a_beam_above_the_vocabulary_as_fairseq(tmp_path):

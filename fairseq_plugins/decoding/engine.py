@@ -590,10 +590,6 @@ def build_draft_verify_generator(task, models, args, fairseq_generator=None):
         return fairseq_generator()
     drafter = build_drafter(cfg, task, models)
     acceptance = build_acceptance(cfg)
-    if drafter.drafts_depend_on_batch and acceptance.needs_verifier and not isinstance(acceptance, Exact):
-        logger.warning(f"--drafter {drafter.name} with --acceptance {acceptance.name}: the output depends on the batch "
-                       "size (this drafter's drafts depend on the other sentences of a batch, and a lossy rule keeps "
-                       "what a draft offers); --acceptance exact gives fairseq's greedy output at any batch size")
     return DraftVerifyGenerator(
         models, task.target_dictionary, drafter, acceptance,
         max_len_a=_generation_option(args, "max_len_a", 0.0), max_len_b=_generation_option(args, "max_len_b", 200),

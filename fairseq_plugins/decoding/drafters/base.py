@@ -177,10 +177,6 @@ class Drafter:
     # True: observe() needs the verifier's prediction at every fed column, also past the first rejection
     # (Jacobi: they are its next iterate); False lets the engine skip projecting columns no row uses
     needs_all_columns = False
-    # True: a row's draft depends on the other rows of its batch (block-wise Jacobi, measured), so a lossy
-    # --acceptance, which keeps what the draft offers, gives output that depends on the batch size (the
-    # engine warns); exact acceptance gives fairseq's greedy whatever the draft
-    drafts_depend_on_batch = False
     # True: propose() wants ``longest`` (its input is as wide as the longest prefix), so the engine asks
     # after its sync, for the rows that go on; its Draft then carries a host ``width``
     proposes_after_sync = False
