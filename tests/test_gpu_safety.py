@@ -353,9 +353,10 @@ def test_training_steps_under_the_device_trap(tiny_corpus, tiny_model, tmp_path)
 # ---- 3. the sync budget ----
 
 # per batch, outside the loop: the encoder's padding check (step.begin), the first draft's width,
-# the stats read at the end, and the weight checks of the encoder pass and the decoder step (one read
-# each of the fingerprints of the weights they copied: projection.WeightCheck)
-SETUP_SYNCS_PER_BATCH = 5
+# the stats read at the end, and one read of the fingerprints of the weights each group copied
+# (projection.WeightCheck): the verifier's encoder pass and decoder step, a drafter model's step and its
+# vocabulary projection (the shallow drafter)
+SETUP_SYNCS_PER_BATCH = 7
 
 
 def _budget_message(counter, calls, batches):
