@@ -7,9 +7,11 @@ repaired here, in one place, so that no user has to set an environment variable:
    ``argparse.Namespace`` (``args``), plain-Python config dicts and fairseq's meter objects, so
    ``fairseq-generate``/``fairseq-interactive``/``fairseq-train --restore-file`` fail on every
    ordinary checkpoint.  We allow-list exactly the classes fairseq itself writes into a checkpoint
-   (torch's ``add_safe_globals``) instead of turning the safe loader off.  The plugin's own code reads
-   checkpoints with :func:`load_checkpoint` (the safe loader, the same allow-list), never
-   ``weights_only=False``: a crafted file that would run code when unpickled is refused, naming it.
+   (torch's ``add_safe_globals``) instead of turning the safe loader off; with them numeric numpy
+   arrays, which the meters of a run with ``--eval-bleu`` hold (its checkpoints failed to load).
+   The plugin's own code reads checkpoints with :func:`load_checkpoint` (the safe loader, the same
+   allow-list), never ``weights_only=False``: a crafted file that would run code when unpickled is
+   refused, naming it.
 2. numpy 2 removed ``np.compat.long``, ``np.float`` and ``np.int`` (still used by
    ``token_block_dataset``, ``language_pair_dataset``, ``dynamic_crf_layer`` and ``data_utils``).
    They are restored as the aliases numpy 1 had.
@@ -88,7 +90,14 @@ def checkpoint_classes():
     classes = [argparse.Namespace]
     classes += [getattr(meters, n) for n in dir(meters) if isinstance(getattr(meters, n), type)
                 and issubclass(getattr(meters, n), meters.Meter)]
-    return classes + [meters.MetersDict]
+    classes += [meters.MetersDict]
+    # a run with --eval-bleu keeps its BLEU counts as numpy arrays in the meters it saves (fairseq's
+    # TranslationTask.reduce_metrics): numeric arrays only (an object array's items stay refused)
+    import numpy as np
+
+    core = np._core if hasattr(np, "_core") else np.core  # numpy 2 : 1
+    classes += [np.ndarray, np.dtype, core.multiarray._reconstruct]
+    return classes + [type(np.dtype(t)) for t in (np.int64, np.int32, np.float64, np.float32)]
 
 
 def _allow_fairseq_checkpoint_classes():

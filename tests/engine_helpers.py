@@ -73,6 +73,8 @@ def engine(models, task, drafter, acceptance="exact", block_size=3, **kw):
     defaults = {f.name: f.default for f in dataclasses.fields(FastTranslationConfig) if "owner" in f.metadata}
     defaults["adaptive_block_size"] = "auto"
     defaults.pop("drafter_path", None)  # the caller's (tests of --drafter nar set it)
+    if acceptance == "topk":
+        defaults["acceptance_topk"] = 2  # required with topk (no default): the papers' N
     for key, value in defaults.items():
         setattr(task.cfg, key, kw.pop(key, value))
     return task.build_generator(models, gen_args(**kw))

@@ -48,10 +48,14 @@ def test_jacobi_pgj_starts_with_pad_and_reuses_the_previous_output():
     assert n.tolist() == [1]
     # next draft: the rest of block [0, 3) is positions 1, 2 -> previous iterate 11, 12
     assert d.propose(out, n).tokens.tolist() == [[11, 12, PAD]]
+    # a call wider than the row's 2 draft slots + 1 (another row's draft in the batch): the prediction at the
+    # column the row did not draft is not its own iterate and is not kept (the same draft at any batch size)
     n = step(d, out, n, torch.tensor([[11, 12, PAD]]), torch.tensor([[11, 12, 14, 15]]), torch.tensor([2]))
     assert n.tolist() == [4] and out[0, 1:5].tolist() == [10, 11, 12, 14]
-    # block [3, 6): position 3 done, draft positions 4, 5 from the last iterate (15 predicted for 4)
-    assert d.propose(out, n).tokens.tolist() == [[15, PAD, PAD]]
+    # block [3, 6): position 3 done, positions 4, 5 have no iterate yet (INITT), as at batch 1
+    assert d.propose(out, n).tokens.tolist() == [[PAD, PAD, PAD]]
+    n = step(d, out, n, torch.tensor([[PAD, PAD, PAD]]), torch.tensor([[16, 17, 18, 19]]), torch.tensor([0]))
+    assert d.propose(out, n).tokens.tolist() == [[17, PAD, PAD]]  # then the previous iterate, as before
 
 
 def test_jacobi_pj_drafts_the_whole_target_and_hgj_needs_no_length():

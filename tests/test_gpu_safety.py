@@ -353,8 +353,10 @@ def test_training_steps_under_the_device_trap(tiny_corpus, tiny_model, tmp_path)
 # ---- 3. the sync budget ----
 
 # per batch, outside the loop: the encoder's padding check (step.begin), the first draft's width,
-# the stats read at the end
-SETUP_SYNCS_PER_BATCH = 3
+# the stats read at the end, and one read of the fingerprints of the weights each group copied
+# (projection.WeightCheck): the verifier's encoder pass and decoder step, a drafter model's step and its
+# vocabulary projection (the shallow drafter)
+SETUP_SYNCS_PER_BATCH = 7
 
 
 def _budget_message(counter, calls, batches):

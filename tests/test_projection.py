@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairseq_plugins.decoding.projection import KernelChoice, Product, Warmup, packing_available, padded_rows
+from fairseq_plugins.decoding.projection import (KernelChoice, Product, StackedQKV, WeightCheck, Warmup, fingerprint,
+                                                 packing_available, padded_rows)
 
 
 def _slow(seconds, result):
@@ -130,3 +131,43 @@ def test_wide_products_count_as_cheap_only_while_no_multi_row_bucket_timed_the_p
     assert proj.wide_is_cheap
     proj._choice.picks[3] = False  # 4-7 rows timed faster plain: wide products are not cheap here
     assert not proj.wide_is_cheap
+
+
+def test_a_weight_changed_through_p_data_is_seen_by_the_weight_check_not_by_its_version():
+    """fairseq's optimizers update ``p.data`` in place: the parameter's version counter stays."""
+    w = torch.nn.Parameter(torch.randn(50, 8))
+    proj = Product(lambda: w, transposed=True)
+    check = WeightCheck([proj])
+    check.refresh()
+    x = torch.randn(3, 8)
+    before = proj(x)
+    w.data.mul_(2)
+    proj.refresh()  # identity alone: the version counter did not move
+    assert torch.equal(proj(x), before)
+    check.refresh()
+    assert torch.allclose(proj(x), x @ w.detach().t(), atol=1e-5) and not torch.allclose(proj(x), before)
+    w.data[[3, 7]] = w.data[[7, 3]]  # a swap of two rows keeps their sum: the ramp sees it
+    check.refresh()
+    assert torch.allclose(proj(x), x @ w.detach().t(), atol=1e-5)
+
+
+def test_the_stacked_qkv_projection_follows_its_three_weights_changed_through_p_data():
+    attn = torch.nn.Module()
+    for name in ("q_proj", "k_proj", "v_proj"):
+        setattr(attn, name, torch.nn.Linear(8, 8))
+    qkv = StackedQKV(attn)
+    check = WeightCheck([qkv])
+    check.refresh()
+    attn.k_proj.bias.data.add_(1.0)
+    check.refresh()
+    x = torch.randn(2, 8)
+    assert torch.allclose(qkv(x)[:, 8:16], attn.k_proj(x), atol=1e-5)
+
+
+def test_fingerprints_differ_for_changed_values_and_are_equal_for_equal_ones():
+    t = torch.randn(4, 5)
+    assert fingerprint(t).item() == fingerprint(t.clone()).item()
+    u = t.clone()
+    u[0, 0] += 1e-3
+    assert fingerprint(u).item() != fingerprint(t).item()
+    assert fingerprint(t.half()).dtype == torch.float32

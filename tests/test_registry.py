@@ -17,7 +17,7 @@ from fairseq_plugins.tasks.fast_translation import (FastTranslationConfig, FastT
 # the drafters' and rules' options as the task had them before they moved beside their classes:
 # flag -> (default, a value to parse); existing command lines must keep working
 MOVED = {"--copy-ngram": (2, "3"), "--jacobi-length": ("max", "greedy_oracle"), "--drafter-path": (None, "d.pt"),
-         "--acceptance-topk": (2, "4"), "--min-block-size": (2, "3"), "--gad-beta": (5, "7"), "--gad-tau": (3.0, "1.5")}
+         "--acceptance-topk": (None, "4"), "--min-block-size": (2, "3"), "--gad-beta": (5, "7"), "--gad-tau": (3.0, "1.5")}
 
 
 def task_cfg(argv):

@@ -16,6 +16,7 @@ rule, so the relaxed rules still respect fairseq's length constraints.
 Each rule registers its ``--acceptance`` name, help and options (``ACCEPTANCES``, read by the task).
 """
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -64,8 +65,9 @@ class Exact(AcceptanceRule):
 
 @dataclass
 class TopKOptions:
-    acceptance_topk: int = field(default=2, metadata={"help": "topk acceptance: accept a draft token in the "
-                                                      "verifier's top-N (Stern 5.1)"})
+    acceptance_topk: Optional[int] = field(default=None, metadata={
+        "help": "topk acceptance: accept a draft token in the verifier's top-N (Stern 5.1); required with "
+                "--acceptance topk (the papers' N: 2)"})
 
 
 @ACCEPTANCES.register("topk", help="a draft token in the verifier's top-N, --acceptance-topk (Stern 5.1)",
@@ -80,7 +82,11 @@ class TopK(AcceptanceRule):
 
     @classmethod
     def from_config(cls, cfg):
-        return cls(cfg.acceptance_topk)
+        n = getattr(cfg, "acceptance_topk", None)
+        if n is None:  # no silent default: the rule is lossy, and how lossy is N's choice
+            raise ValueError("--acceptance topk needs its N: add --acceptance-topk N (a draft token is accepted when "
+                             "it is among the verifier's N best; Stern et al. use 2)")
+        return cls(n)
 
     def __call__(self, draft, lprobs, top):
         k = draft.size(1)

@@ -29,7 +29,7 @@ from fairseq.models.transformer.transformer_encoder import TransformerEncoderBas
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
-from fairseq_plugins.decoding.projection import Product, StackedQKV
+from fairseq_plugins.decoding.projection import Product, StackedQKV, WeightCheck
 from fairseq_plugins.decoding.step import apply_layer_norm, layer_norm_params
 
 _FAIRSEQ_PASS = ("forward", "forward_scriptable", "forward_embedding", "forward_torchscript")
@@ -89,12 +89,14 @@ class EncoderPass:
     def __init__(self, encoder):
         self.encoder = encoder
         self.layers = [_EncoderLayer(layer) for layer in encoder.layers]
+        self.weights = WeightCheck([p for lw in self.layers for p in (lw.qkv, lw.out, lw.fc1, lw.fc2)])
         attn = encoder.layers[0].self_attn if len(encoder.layers) else None
         self.heads, self.head_dim = (attn.num_heads, attn.head_dim) if attn is not None else (1, 1)
 
     def __call__(self, src_tokens: Tensor) -> Dict[str, List[Tensor]]:
         enc = self.encoder
-        for lw in self.layers:  # once per batch: the model may have moved or changed since the last
+        self.weights.refresh()  # once per batch: the model may have moved or changed since the last
+        for lw in self.layers:
             lw.refresh()
         B, S = src_tokens.shape
         pad_mask = src_tokens.eq(enc.padding_idx)

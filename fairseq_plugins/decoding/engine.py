@@ -39,6 +39,7 @@ mean accepted of those is ``1 + draft_accepted / drafted_iterations``), ``produc
 (hypothesis tokens incl. EOS), ``sentences``;
 ``oracle_model_calls`` and ``length_oracle`` when PJ/PGJ took the length from a greedy pre-run.
 """
+import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -50,15 +51,17 @@ from fairseq_plugins.decoding.width_policy import AdaptiveBlock, WidthPolicy, dr
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.drafters import Draft, DraftContext, Drafter, NoDraft, StepResult, build_drafter
+from fairseq_plugins.decoding.generation_options import GenerationOptionError, check as check_options
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.iteration_cost import device_clock, host_reads_free
 from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.scoring import Columns, ColumnScorer, Scored
 from fairseq_plugins.decoding.verifier import Verifier
-from fairseq_plugins.errors import PluginError
+
+logger = logging.getLogger(__name__)
 
 
-class DraftVerifyOptionError(PluginError, ValueError):
+class DraftVerifyOptionError(GenerationOptionError):
     """Generation options the draft-and-verify engine cannot honour; the message says how to fix it."""
 
 
@@ -579,24 +582,18 @@ def _generation_option(args, name, default):
     return default if value is None else value
 
 
-def build_draft_verify_generator(task, models, args):
-    """``FastTranslationTask.build_generator`` with ``--drafter``: the engine with the task's drafter/rule."""
+def build_draft_verify_generator(task, models, args, fairseq_generator=None):
+    """``FastTranslationTask.build_generator`` with ``--drafter``: the engine with the task's
+    drafter/rule; the generation options as ``generation_options`` says (refused with a message, or
+    ``fairseq_generator()`` with a log line where the engine falls back)."""
     cfg = task.cfg
-    beam = _generation_option(args, "beam", 1)
-    if beam != 1:
-        raise DraftVerifyOptionError(
-            f"--drafter decodes greedily and needs --beam 1 (got --beam {beam}); drop --drafter for beam search")
-    for name, bad, hint in (("sampling", True, "--sampling"), ("match_source_len", True, "--match-source-len")):
-        if _generation_option(args, name, False) == bad:
-            raise DraftVerifyOptionError(f"--drafter does not support {hint}; drop one of them")
-    if _generation_option(args, "no_repeat_ngram_size", 0) > 0:
-        raise DraftVerifyOptionError("--drafter does not support --no-repeat-ngram-size; drop one of them")
-    if _generation_option(args, "diverse_beam_groups", -1) > 1 or _generation_option(args, "diversity_rate", -1) > 0:
-        raise DraftVerifyOptionError("--drafter does not support diverse beam search; drop one of them")
-    if _generation_option(args, "prefix_size", 0) > 0:
-        raise DraftVerifyOptionError("--drafter does not support --prefix-size; drop one of them")
-    if _generation_option(args, "print_alignment", None):
-        raise DraftVerifyOptionError("--drafter produces no alignments; drop --print-alignment")
+    reason = check_options("engine", args, DraftVerifyOptionError)
+    if reason is not None:
+        if fairseq_generator is None:
+            raise DraftVerifyOptionError(f"--drafter does not support {reason}; drop one of them")
+        logger.info(f"draft and verify: fairseq's generator decodes, the engine does not support {reason}; "
+                    "--drafter and --acceptance are not used")
+        return fairseq_generator()
     drafter = build_drafter(cfg, task, models)
     acceptance = build_acceptance(cfg)
     return DraftVerifyGenerator(

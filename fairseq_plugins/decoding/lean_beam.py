@@ -44,6 +44,7 @@ from torch import Tensor
 from fairseq_plugins.decoding.beam_rows import (INITIAL_CACHE_COLUMNS, finalising_slots, live_sentences, read_step,
                                                  reorder_prefix, slot_rows)
 from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.generation_options import check as check_options
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.multi_token_beam import ModelParts
 from fairseq_plugins.decoding.step import DecoderStep, UnsupportedDecoderError
@@ -181,7 +182,7 @@ class LeanBeamSearch:
         self.parts = ModelParts(model)  # raises UnsupportedDecoderError for a decoder the lean step cannot run
         self.model = model
         self.eos, self.pad, self.vocab_size = tgt_dict.eos(), tgt_dict.pad(), len(tgt_dict)
-        self.beam_size = int(beam_size)
+        self.beam_size = min(int(beam_size), self.vocab_size - 1)  # as fairseq's SequenceGenerator
         self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, int(min_len)
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.temperature = temperature
@@ -294,20 +295,6 @@ class LeanBeamSearch:
 
 # ---- the choice: lean, or fairseq's generator with the reason logged ----
 
-# (option, test on fairseq-generate's args, what the lean loop lacks): each falls back to fairseq's generator
-UNSUPPORTED = (
-    ("--sampling", lambda a: _opt(a, "sampling", False), "sampling"),
-    ("--diverse-beam-groups", lambda a: _opt(a, "diverse_beam_groups", -1) > 0, "diverse beam search"),
-    ("--diversity-rate", lambda a: _opt(a, "diversity_rate", -1) > -1, "diverse siblings search"),
-    ("--match-source-len", lambda a: _opt(a, "match_source_len", False), "length-constrained search"),
-    ("--constraints", lambda a: _opt(a, "constraints", None), "lexically constrained search"),
-    ("--prefix-size", lambda a: _opt(a, "prefix_size", 0) > 0, "prefix tokens"),
-    ("--print-alignment", lambda a: _opt(a, "print_alignment", None), "alignments"),
-    ("--score-reference", lambda a: _opt(a, "score_reference", False), "scoring references (not a search)"),
-    ("--lm-path", lambda a: _opt(a, "lm_path", None), "language-model fusion"),
-)
-
-
 def _opt(args, name, default):
     value = getattr(args, name, default)
     return default if value is None else value
@@ -315,10 +302,12 @@ def _opt(args, name, default):
 
 def fallback_reason(models, args, extra_gen_cls_kwargs=None, seq_gen_cls=None, prefix_allowed_tokens_fn=None
                     ) -> Optional[str]:
-    """Why this run cannot use the lean beam search (None: it can)."""
-    for option, given, what in UNSUPPORTED:
-        if given(args):
-            return f"{option} ({what})"
+    """Why this run cannot use the lean beam search (None: it can).  Its generation options as
+    ``generation_options`` says (a refused one raises ``GenerationOptionError``), then what is not an
+    option: an ensemble, a language model or a generator class handed in by code."""
+    reason = check_options("lean_beam", args)
+    if reason is not None:
+        return reason
     if extra_gen_cls_kwargs and extra_gen_cls_kwargs.get("lm_model") is not None:
         return "--lm-path (language-model fusion)"
     if seq_gen_cls is not None:

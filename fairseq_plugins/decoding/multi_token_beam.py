@@ -16,7 +16,10 @@ A step reads as named parts:
   hypotheses are kept), and the beam goes on with the best B unfinished ones (Imamura lines
   13-19, ``_survivors``).  A sentence is done with B finalized hypotheses, as fairseq's beam search.
 * Length penalty (fairseq ``--lenpen``): score / len**lenpen with len = natural tokens kept
-  after restoring, + 1 for EOS -- the same count fairseq uses for left-to-right hypotheses.
+  after restoring, + 1 for EOS -- the same count fairseq uses for left-to-right hypotheses;
+  ``--unnormalized``: the score itself.  ``--temperature``: the logits divided by it, as fairseq.
+  ``--beam`` is capped at the vocabulary size - 1, as fairseq's; every other generation option
+  is refused with a message (``generation_options``).
 * Output: natural order (``order.restore``) with a final EOS, as fairseq; positional_scores are
   the slots' log-probs in natural order, the final EOS entry holding the log-probs of the dropped
   slots of the last group, so that sum(positional_scores) is the unnormalised score.
@@ -40,6 +43,7 @@ from fairseq_plugins.decoding.beam_rows import (INITIAL_CACHE_COLUMNS, finalisin
                                                  reorder_prefix, slot_rows)
 from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.encoder import Encoder
+from fairseq_plugins.decoding.generation_options import check as check_options, option
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.step import DecoderStep
 from fairseq_plugins.errors import OptionError
@@ -47,8 +51,9 @@ from fairseq_plugins.errors import OptionError
 
 class ModelParts:
     """What a model decodes through, made once per model and kept across batches: its encoder pass
-    and its lean decoder step (making them lays out, and on a CPU packs, every weight: ~5 ms for a
-    3+3-layer d=128 model, more than a whole sentence at batch 1)."""
+    and its lean decoder step (their first batch lays out, and on a CPU packs, every weight: ~5 ms
+    for a 3+3-layer d=128 model, more than a whole sentence at batch 1; later batches only check
+    the weights' fingerprints, ``projection.WeightCheck``)."""
 
     def __init__(self, model):
         self.model, self.encoder, self.step = model, Encoder(model.encoder), DecoderStep(model.decoder)
@@ -58,12 +63,13 @@ class ModelStepper:
     """One reordered model driven through the lean decoder step (``step.DecoderStep``): z new slots
     per call into a preallocated KV cache; the slots of a step see one another (M(h,c), Eq. 4)."""
 
-    def __init__(self, parts: "ModelParts", net_input, beam, capacity, order):
+    def __init__(self, parts: "ModelParts", net_input, beam, capacity, order, temperature: float = 1.0):
         src_tokens = net_input["src_tokens"]
         encoder_out = parts.encoder({"src_tokens": src_tokens, "src_lengths": net_input["src_lengths"]})
         self.step_fn = parts.step
         self.order = order
         self.z = order.z
+        self.temperature = temperature  # logits divided by it before the log-softmax, as fairseq's --temperature
         # rows = sentence-major beams; the beams of a sentence share its encoder keys/values (one copy);
         # the self-attention buffers start small and double (``KVCache.ensure_capacity``)
         self.cache = self.step_fn.begin(encoder_out, min(capacity, -(-INITIAL_CACHE_COLUMNS // self.z) * self.z),
@@ -105,6 +111,8 @@ class ModelStepper:
         slots = self._slots[past:past + self.z]
         logits, _ = self.step_fn(self.cache, tokens, slots, causal=False, attn_mask=self._mask(past))
         self.cache.advance(self.z)
+        if self.temperature != 1.0:
+            logits = logits.div_(self.temperature)
         return DecoderStep.log_probs(logits)
 
     def reorder(self, rows, shrink=False):
@@ -257,7 +265,11 @@ class MultiTokenBeamSearch:
     """fairseq-generate compatible generator for models trained in a generation order."""
 
     def __init__(self, order, tgt_dict, beam_size=4, max_len_a=0.0, max_len_b=200, lenpen=1.0,
-                 double_topk=False, max_positions=None, min_len=1, unk_penalty=0.0):
+                 double_topk=False, max_positions=None, min_len=1, unk_penalty=0.0, normalize_scores=True,
+                 temperature=1.0):
+        if temperature <= 0:
+            raise ValueError("--temperature must be greater than 0")
+        beam_size = min(int(beam_size), len(tgt_dict) - 1)  # as fairseq's SequenceGenerator
         self.candidates = candidate_selection(order, beam_size, double_topk)
         self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=int(min_len),
                                                             unk_penalty=float(unk_penalty))
@@ -266,6 +278,7 @@ class MultiTokenBeamSearch:
         self.beam_size, self.lenpen = int(beam_size), float(lenpen)
         self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
         self.min_len = int(min_len)
+        self.normalize_scores, self.temperature = normalize_scores, float(temperature)
         self._parts: Optional[ModelParts] = None
         self.reset_stats()
 
@@ -293,7 +306,7 @@ class MultiTokenBeamSearch:
         if self._parts is None or self._parts.model is not model:
             self._parts = ModelParts(model)
         stepper = ModelStepper(self._parts, net_input, self.beam_size, (max_len // self.order.z + 1) * self.order.z,
-                               self.order)
+                               self.order, self.temperature)
         return self.search(stepper, src_lengths.size(0), max_len, src_lengths.device)
 
     # ---- the search ----
@@ -338,6 +351,8 @@ class MultiTokenBeamSearch:
         """fairseq's length-normalised score of the top-B candidates if they end now: kept natural
         tokens + 1 for EOS."""
         B = self.beam_size
+        if not self.normalize_scores:  # --unnormalized
+            return cand.score[:, :B]
         kept = step * self.order.z + self._kept_in_group(cand.tokens[:, :B])
         return cand.score[:, :B] / (kept + 1).float() ** self.lenpen
 
@@ -374,12 +389,13 @@ class MultiTokenBeamSearch:
 
 
 def build_multi_token_generator(task, models, args):
-    """The generator ``FastTranslationTask.build_generator`` returns for a reordered model."""
-    if getattr(args, "sampling", False):
-        raise OptionError("--sampling is not supported by the multi-token beam search; drop it")
+    """The generator ``FastTranslationTask.build_generator`` returns for a reordered model; its
+    generation options as ``generation_options`` says (what it does not honour, it refuses)."""
+    check_options("multi_token_beam", args)
     order = getattr(models[0], "generation_order", None) or task.order
     return MultiTokenBeamSearch(
-        order, task.target_dictionary, beam_size=getattr(args, "beam", 4),
-        max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
-        lenpen=getattr(args, "lenpen", 1.0), double_topk=getattr(task.cfg, "double_topk", False),
-        min_len=getattr(args, "min_len", 1) or 1, unk_penalty=getattr(args, "unkpen", 0.0) or 0.0)
+        order, task.target_dictionary, beam_size=option(args, "beam"), max_len_a=option(args, "max_len_a"),
+        max_len_b=option(args, "max_len_b"), lenpen=option(args, "lenpen"),
+        double_topk=getattr(task.cfg, "double_topk", False), min_len=option(args, "min_len") or 1,
+        unk_penalty=option(args, "unkpen") or 0.0, normalize_scores=not option(args, "unnormalized"),
+        temperature=option(args, "temperature"))

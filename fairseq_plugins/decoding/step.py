@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
-from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection
+from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection, WeightCheck
 from fairseq_plugins.errors import PluginError
 
 
@@ -43,8 +43,9 @@ class DecoderLayerWeights:
     """One decoder layer's parameters as plain references (no nn.Module attribute lookups per call):
     its linear maps as ``projection.Product``s (on a CPU the kernel timed faster per row count), the
     self-attention's q/k/v projections stacked into one matrix, so that a call makes one GEMM
-    instead of three.  ``refresh`` (once per batch, from ``DecoderStep.begin``) re-reads everything,
-    so .half()/.cuda()/load_state_dict on the model after building the step are seen."""
+    instead of three.  Once per batch (``DecoderStep.begin``) the step's ``projection.WeightCheck``
+    lays the products out again where their weights changed (.half()/.cuda()/load_state_dict, an
+    optimizer's update through ``p.data``) and ``refresh_norms`` re-reads the layer norms."""
 
     def __init__(self, layer):
         sa = layer.self_attn
@@ -66,12 +67,10 @@ class DecoderLayerWeights:
             self.ea_q, self.ea_o = _product(ea.q_proj), _product(ea.out_proj)
             self.ea_k, self.ea_v = _product(ea.k_proj), _product(ea.v_proj)
             self.products += [self.ea_q, self.ea_o, self.ea_k, self.ea_v]
-        self.refresh()
+        self.refresh_norms()
 
-    def refresh(self):
+    def refresh_norms(self):
         layer = self.layer
-        for p in self.products:
-            p.refresh()
         self.sa_ln = layer_norm_params(layer.self_attn_layer_norm)
         if self.has_ea:
             self.ea_ln = layer_norm_params(layer.encoder_attn_layer_norm)
@@ -113,6 +112,8 @@ class DecoderStep:
         self._embed_w = decoder.embed_tokens.weight
         self._masks: Dict[Tuple, Tensor] = {}
         self.vocab_projection = VocabProjection(decoder)
+        # every weight the step copies, checked in one host read per batch (``projection.WeightCheck``)
+        self.weights = WeightCheck([p for lw in self.layers for p in lw.products] + [self.vocab_projection.product])
 
     # ---- per batch ----
     def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None, group: int = 1) -> KVCache:
@@ -157,11 +158,12 @@ class DecoderStep:
         return F.embedding(index, pos.weight)  # learned (the padding row is never indexed)
 
     def _refresh(self):
-        """Once per batch: re-read the weights (dtype/device may have changed) and prepare the
+        """Once per batch: re-read the weights (replaced, moved, cast or changed in content, however:
+        ``projection.WeightCheck``) and prepare the
         sinusoidal table for every position the decoder accepts (no per-call size check)."""
+        self.weights.refresh()
         for lw in self.layers:
-            lw.refresh()
-        self.vocab_projection.refresh()
+            lw.refresh_norms()
         pos = self.decoder.embed_positions
         if self.embed_slots is None and pos is not None and hasattr(pos, "weights"):
             weight = self.decoder.embed_tokens.weight

@@ -33,7 +33,7 @@ from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from fairseq_plugins.decoding.acceptance import ACCEPTANCES
+from fairseq_plugins.decoding.acceptance import ACCEPTANCES, build_acceptance
 from fairseq_plugins.decoding.dedup import dedup_hypothesis
 from fairseq_plugins.decoding.drafters import DRAFTERS, check_block_size
 from fairseq_plugins.decoding.engine import build_draft_verify_generator
@@ -157,6 +157,8 @@ class FastTranslationTask(TranslationTask):
 
     # ---- decoding: pick the generator ----
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
+        """The generator for ``models``; every generation option in ``args`` is honoured, refused or
+        a fallback to fairseq's generator with a log line, per generator (``decoding/generation_options.py``)."""
         order = decoding_order(models, self.cfg)
         check_double_topk(self.cfg, order, given=True)
         self._choose_threads(models)
@@ -166,10 +168,14 @@ class FastTranslationTask(TranslationTask):
                 raise FastTranslationOptionError(
                     f"--drafter verifies drafts with a left-to-right model, but the checkpoint was trained with order "
                     f"{order.signature}: decode it without --drafter (multi-token beam search) or pass an L2R model")
-            return build_draft_verify_generator(self, models, args)
+            _refuse_code_hooks("--drafter", seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+            fairseq_generator = functools.partial(super().build_generator, models, args)
+            return build_draft_verify_generator(self, models, args, fairseq_generator)
         if order is not None:
             from fairseq_plugins.decoding.multi_token_beam import build_multi_token_generator
 
+            _refuse_code_hooks("the multi-token beam search", seq_gen_cls, extra_gen_cls_kwargs,
+                               prefix_allowed_tokens_fn)
             return build_multi_token_generator(self, models, args)
         return self._plain_beam_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
 
@@ -253,6 +259,17 @@ def is_utf8(line: str) -> bool:
         return False
 
 
+def _refuse_code_hooks(generator, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
+    """What code (not an option) may hand ``build_generator``: the lean beam search falls back to
+    fairseq's generator for it; the other generators refuse it."""
+    extra = {k: v for k, v in (extra_gen_cls_kwargs or {}).items() if v is not None and k != "lm_weight"}
+    given = ([f"a generator class ({seq_gen_cls.__name__})"] if seq_gen_cls is not None else []) + (
+        ["prefix_allowed_tokens_fn"] if prefix_allowed_tokens_fn is not None else []) + [
+        f"{k} (extra_gen_cls_kwargs)" for k in extra]
+    if given:
+        raise FastTranslationOptionError(f"{generator} does not take {given[0]}; drop it, or decode without {generator}")
+
+
 def add_missing_defaults(cfg):
     """A config saved before an option existed (a checkpoint's task config, which decoding in-process
     reuses) gets the option's default, so a drafter added since decodes with older checkpoints."""
@@ -318,6 +335,7 @@ def validate_options(cfg):
         if cfg.drafter is not None:
             DRAFTERS.check(cfg.drafter)
         ACCEPTANCES.check(cfg.acceptance)
+        build_acceptance(cfg)  # the rule's own options (--acceptance topk needs --acceptance-topk)
         if cfg.block_size is not None:
             check_block_size(cfg.block_size)
     except ValueError as err:
