@@ -86,3 +86,37 @@ def test_eval_bleu_during_training_scores_the_trained_weights(tiny_corpus, tiny_
     assert len(fresh) == 1, (validate.stdout + validate.stderr)[-3000:]
     assert logged[0] != fresh[0]  # the 20 updates between the two validations changed the output
     assert logged[1] == fresh[0]
+
+
+def test_a_model_prepared_for_inference_skips_the_content_check_and_still_follows_a_reload(tiny_corpus, tiny_model):
+    """fairseq-generate prepares its models for inference (they refuse ``train()``: no optimizer updates
+    them), so the per-batch fingerprint read is skipped there; a model loaded again still counts."""
+    from fairseq_plugins.decoding import projection
+
+    models, task = load(tiny_corpus, tiny_model)
+    batches = mixed_batches(task, 8)[:2]
+    reads = []
+    original = projection.fingerprint
+
+    def counting(t):
+        reads.append(1)
+        return original(t)
+
+    gen = engine(models, task, "jacobi_pj", block_size=3)
+    projection.fingerprint = counting
+    try:
+        decode_all(gen, models, batches)
+        assert reads  # a trainable model is checked
+        reads.clear()
+        models[0].make_generation_fast_()  # what fairseq's prepare_for_inference_ calls
+        assert projection.trainable(models[0])() is False
+        before = _tokens(decode_all(gen, models, batches))
+        assert not reads  # a model prepared for inference is not
+    finally:
+        projection.fingerprint = original
+    other, _ = load(tiny_corpus, tiny_model)
+    _perturb(other[0])
+    models[0].load_state_dict(other[0].state_dict())  # copy_ into the same tensors bumps their version counter
+    after = _tokens(decode_all(gen, models, batches))
+    assert after != before
+    assert after == _tokens(decode_all(engine(models, task, "jacobi_pj", block_size=3), models, batches))

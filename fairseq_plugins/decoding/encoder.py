@@ -29,7 +29,7 @@ from fairseq.models.transformer.transformer_encoder import TransformerEncoderBas
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
-from fairseq_plugins.decoding.projection import Product, StackedQKV, WeightCheck
+from fairseq_plugins.decoding.projection import Product, StackedQKV, WeightCheck, trainable
 from fairseq_plugins.decoding.step import apply_layer_norm, layer_norm_params
 
 _FAIRSEQ_PASS = ("forward", "forward_scriptable", "forward_embedding", "forward_torchscript")
@@ -40,8 +40,8 @@ class Encoder:
     own ``forward_torchscript`` otherwise.  Build it once per model: the lean pass lays out its
     products (and, on a CPU, packs their weights) when it is made."""
 
-    def __init__(self, encoder):
-        self.module, self.lean = encoder, lean_encoder(encoder)
+    def __init__(self, encoder, owner=None):
+        self.module, self.lean = encoder, lean_encoder(encoder, owner)
 
     def __call__(self, net_input) -> Dict[str, List[Tensor]]:
         if self.lean is not None:
@@ -49,7 +49,7 @@ class Encoder:
         return self.module.forward_torchscript(net_input)
 
 
-def lean_encoder(encoder) -> Optional["EncoderPass"]:
+def lean_encoder(encoder, owner=None) -> Optional["EncoderPass"]:
     """The lean pass of ``encoder``, or None where fairseq's own pass must run (see the module doc)."""
     cls = type(encoder)
     if not isinstance(encoder, TransformerEncoderBase) or any(
@@ -63,7 +63,7 @@ def lean_encoder(encoder) -> Optional["EncoderPass"]:
                 or getattr(sa, "bias_k", None) is not None or getattr(sa, "add_zero_attn", False)
                 or sa.q_proj.bias is None):
             return None
-    return EncoderPass(encoder)
+    return EncoderPass(encoder, owner)
 
 
 class _EncoderLayer:
@@ -86,10 +86,10 @@ class _EncoderLayer:
 class EncoderPass:
     """``pass_(src_tokens)`` -> fairseq's encoder-output dict for ``src_tokens`` ``(B, S)``."""
 
-    def __init__(self, encoder):
+    def __init__(self, encoder, owner=None):
         self.encoder = encoder
         self.layers = [_EncoderLayer(layer) for layer in encoder.layers]
-        self.weights = WeightCheck([p for lw in self.layers for p in (lw.qkv, lw.out, lw.fc1, lw.fc2)])
+        self.weights = WeightCheck([p for lw in self.layers for p in (lw.qkv, lw.out, lw.fc1, lw.fc2)], trainable(owner))
         attn = encoder.layers[0].self_attn if len(encoder.layers) else None
         self.heads, self.head_dim = (attn.num_heads, attn.head_dim) if attn is not None else (1, 1)
 

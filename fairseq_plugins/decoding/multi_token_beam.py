@@ -56,7 +56,7 @@ class ModelParts:
     the weights' fingerprints, ``projection.WeightCheck``)."""
 
     def __init__(self, model):
-        self.model, self.encoder, self.step = model, Encoder(model.encoder), DecoderStep(model.decoder)
+        self.model, self.encoder, self.step = model, Encoder(model.encoder, model), DecoderStep(model.decoder, model)
 
 
 class ModelStepper:

@@ -233,6 +233,13 @@ class StackedQKV(Product):
         super().refresh(content)
 
 
+def trainable(model) -> Callable[[], bool]:
+    """Whether ``model`` can still be trained, asked at each batch: fairseq's ``make_generation_fast_``
+    (called by ``prepare_for_inference_``) replaces the model's ``train`` with one that refuses; a
+    generator built without its model (None) always checks."""
+    return lambda: model is None or "train" not in vars(model)
+
+
 class WeightCheck:
     """Once per batch, whether the weights a group of products copied changed in content since
     (:func:`fingerprint`, all of them read in one host read: one synchronisation on a GPU, where
@@ -243,12 +250,22 @@ class WeightCheck:
     baseline, one CPU thread, the fingerprints take 0.6 ms a batch, laying every product out again
     15 ms; at batch 1 a sentence took 10.5 ms instead of 9.0 greedy (``--drafter input_copy``) and
     16.9 instead of 15.9 at beam 4 (60 valid sentences, the faster of 5 interleaved runs each).
-    A NaN weight never equals its last fingerprint: such a product is laid out at every batch."""
+    A NaN weight never equals its last fingerprint: such a product is laid out at every batch.
 
-    def __init__(self, products: Sequence["Product"]):
+    The fingerprints are read only while the model can still be trained (``checks_content``, from
+    :func:`trainable`): a model fairseq prepared for inference (fairseq-generate, fairseq-interactive
+    and the benchmark call ``prepare_for_inference_``) refuses ``train()``, so no optimizer updates it,
+    and its copies follow a move or a reload (:func:`identity`) without the per-batch read."""
+
+    def __init__(self, products: Sequence["Product"], checks_content: Callable[[], bool] = lambda: True):
         self.products = [p for p in products if p is not None]
+        self.checks_content = checks_content
 
     def refresh(self):
+        if not self.checks_content():
+            for p in self.products:
+                p.refresh()
+            return
         groups = [p.tensors() for p in self.products]
         flat = [t for g in groups for t in g]
         if not flat:
@@ -265,12 +282,12 @@ class VocabProjection:
     drafter's ``--draft-vocab``) as a :class:`Product`; fairseq's own ``output_layer`` where it is
     not a plain bias-free linear layer (adaptive softmax, a custom layer)."""
 
-    def __init__(self, decoder, rows_of: Callable[[], int] = lambda: 0):
+    def __init__(self, decoder, rows_of: Callable[[], int] = lambda: 0, checks_content: Callable[[], bool] = lambda: True):
         self.decoder = decoder
         proj = getattr(decoder, "output_projection", None)
         plain = isinstance(proj, torch.nn.Linear) and proj.bias is None
         self.product = Product(lambda: proj.weight, rows_of=rows_of, transposed=True) if plain else None
-        self.check = WeightCheck([self.product])
+        self.check = WeightCheck([self.product], checks_content)
 
     def refresh(self):
         """Once per batch (the weight may have moved or changed since the last: :class:`WeightCheck`)."""

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_plugins.decoding.cache import KVCache
-from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection, WeightCheck
+from fairseq_plugins.decoding.projection import Product, StackedQKV, VocabProjection, WeightCheck, trainable
 from fairseq_plugins.errors import PluginError
 
 
@@ -92,7 +92,8 @@ def apply_layer_norm(x: Tensor, norm) -> Tensor:
 class DecoderStep:
     """``step(cache, tokens, slots)`` -> ``(logits (B, m, V), features (B, m, d))``."""
 
-    def __init__(self, decoder):
+    def __init__(self, decoder, owner=None):
+        """``owner``: the model ``decoder`` belongs to (whether it can still be trained: ``projection.trainable``)."""
         if getattr(decoder, "cross_self_attention", False):
             raise UnsupportedDecoderError("the lean decoder step does not support --cross-self-attention models")
         if getattr(decoder, "adaptive_softmax", None) is not None:
@@ -111,9 +112,10 @@ class DecoderStep:
         self._table: Optional[Tensor] = None  # sinusoidal rows on the model's device/dtype
         self._embed_w = decoder.embed_tokens.weight
         self._masks: Dict[Tuple, Tensor] = {}
-        self.vocab_projection = VocabProjection(decoder)
+        self.vocab_projection = VocabProjection(decoder, checks_content=trainable(owner))
         # every weight the step copies, checked in one host read per batch (``projection.WeightCheck``)
-        self.weights = WeightCheck([p for lw in self.layers for p in lw.products] + [self.vocab_projection.product])
+        self.weights = WeightCheck([p for lw in self.layers for p in lw.products] + [self.vocab_projection.product],
+                                   trainable(owner))
 
     # ---- per batch ----
     def begin(self, encoder_out, capacity: int, batch_size: Optional[int] = None, group: int = 1) -> KVCache:

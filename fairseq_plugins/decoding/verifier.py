@@ -28,11 +28,11 @@ class Verifier:
                 f"--drafter needs an encoder-decoder model of fairseq's transformer family as verifier; got "
                 f"{type(model).__name__}. Decode it without --drafter.")
         try:
-            self.step = DecoderStep(decoder)
+            self.step = DecoderStep(decoder, model)
         except UnsupportedDecoderError as err:
             raise UnsupportedVerifierError(f"--drafter: {err}") from None
         self.model = model
-        self.encoder = Encoder(model.encoder)  # the lean pass where it is fairseq's encoder (decoding.encoder)
+        self.encoder = Encoder(model.encoder, model)  # the lean pass where it is fairseq's encoder (decoding.encoder)
         self.encoder_out = None  # the current batch's encoder output (begin)
 
     def max_source_positions(self) -> Optional[int]:

@@ -123,7 +123,7 @@ class NARDrafter(BlockDrafter):
         self.mask = vocab_size           # appended after every verifier symbol
         self.verifier = verifier
         self.max_positions = model.decoder.max_positions()
-        self.step = DecoderStep(model.decoder)  # reads the drafter's weights (re-read every batch)
+        self.step = DecoderStep(model.decoder, model)  # reads the drafter's weights (re-read every batch)
 
     @classmethod
     def from_config(cls, cfg, task, models):
