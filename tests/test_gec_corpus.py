@@ -82,3 +82,19 @@ def test_corpus_edits_prints_corpora_side_by_side(tmp_path, capsys):
     assert header.split("|")[2].strip() == "a" and header.split("|")[3].strip() == "b"
     unchanged = next(r for r in rows if r.startswith("| unchanged"))
     assert [c.strip() for c in unchanged.split("|")[2:4]] == ["1.0", "0.0"]
+
+
+def test_the_manifest_records_the_gec_verifiers_that_do_not_ship():
+    import json
+    from pathlib import Path
+
+    manifest = json.loads(Path("models/MANIFEST.json").read_text())
+    records = manifest["not_shipped"]
+    assert {"gec_base", "gec_tiny"} <= set(records)
+    for name, entry in records.items():
+        assert name not in manifest["models"]
+        assert Path(entry["config"]).exists() and entry["command"].startswith("fairseq-train DATA/gec-en/bin")
+        assert all(a in entry["command"] for a in ("--source-lang gec", "--target-lang en", "--arch"))
+        assert len(entry["corpus_sha256"]) == 64 and entry["corpus_raw_sha256"].split()[0] == entry["corpus_raw_sha256"][:64]
+        assert entry["shipped"].startswith("not shipped")
+    assert "--arch transformer " in records["gec_base"]["command"]  # Transformer base, not the tiny size
