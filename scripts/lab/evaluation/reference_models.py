@@ -24,10 +24,10 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import AtomicBinary, AtomicWriter
+from fairseq_plugins.shipped import MANIFEST, file_sha256  # noqa: F401  (file_sha256: the plugin's one hash)
+from scripts.lab.corpora.files import AtomicBinary, AtomicWriter
 
 BUDGET_BYTES = 40 * 2 ** 20  # the whole models/ folder
-MANIFEST = "MANIFEST.json"
 CHECKPOINT = "checkpoint_best.pt"
 DATA = "data"
 # {CKPT}/<role>/checkpoint_best.pt in the convergence run's lists, each frozen once (:func:`freeze`):
@@ -47,14 +47,6 @@ STAGED = ".staged.pt"  # models/.<name>.staged.pt: an offer's checkpoint until i
 class ReferenceModelError(SystemExit):
     def __init__(self, message):
         super().__init__(f"error: {message}")
-
-
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def corpus_sha256(corpus):

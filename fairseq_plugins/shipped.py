@@ -5,7 +5,7 @@ another order, to garbage with exit status 0.  The models/ folder knows better: 
 each checkpoint's sha256 and the folder its evaluation set was shipped in
 (``<evaluation_data>/bin/dict.<lang>.txt``: the dictionaries the model was trained with).  So
 before a checkpoint of such a folder is loaded with a task (``fairseq-generate``,
-``fairseq-interactive``, the in-process :class:`~fairseq_plugins.evaluation.generation.Generation`):
+``fairseq-interactive``, the lab's in-process :class:`~scripts.lab.evaluation.generation.Generation`):
 
 * its sha256 must be the manifest's (hashed once per file and modification time in a process);
 * the task's dictionaries (the data folder's ``dict.<lang>.txt``) must be the shipped ones, symbol
@@ -14,15 +14,17 @@ before a checkpoint of such a folder is loaded with a task (``fairseq-generate``
 ``--no-verify-shipped`` (a ``fast_translation`` option) skips both.  For any other checkpoint, a
 dictionary of another size than the model's embeddings is reported as such (:func:`explain_load_error`)
 instead of torch's "size mismatch" traceback.  ``compat.py`` calls both around fairseq's
-``load_model_ensemble_and_task``.
+``load_model_ensemble_and_task``.  :func:`file_sha256` is the one hash of a file: the blockwise model's
+shipped base and the lab's reference models (``scripts/lab/evaluation/reference_models.py``) use it.
 """
+import hashlib
 import json
 import os
 from pathlib import Path
 
 from fairseq_plugins.errors import PluginError
 
-MANIFEST = "MANIFEST.json"  # as evaluation/reference_models.py writes it
+MANIFEST = "MANIFEST.json"  # as the lab's reference_models.py writes it
 OPT_OUT = "--no-verify-shipped"
 _SHA256 = {}  # (path, size, mtime_ns) -> hex digest: each file hashed once per process
 _SYMBOLS = {}  # (path, size, mtime_ns) -> a dictionary file's symbols
@@ -37,9 +39,16 @@ def _stamp(path):
     return str(path), st.st_size, st.st_mtime_ns
 
 
-def cached_sha256(path):
-    from fairseq_plugins.evaluation.reference_models import file_sha256
+def file_sha256(path):
+    """The sha256 of a file's bytes, as hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
+
+def cached_sha256(path):
     key = _stamp(path)
     if key not in _SHA256:
         _SHA256[key] = file_sha256(path)
