@@ -11,3 +11,4 @@ plugin, never the reverse (tests/test_layout.py checks it).
 
 The commands in scripts/ are thin over the plugin and the lab.
 """
+import fairseq_plugins  # noqa: F401  (first: the plugin repairs fairseq before a lab module imports it)

@@ -22,8 +22,8 @@ pass's translations saved: ``--save-hypotheses``), one row per order and beam:
 """
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_plugins.analysis.bleu_gap import LEVEL, SAMPLES
-from fairseq_plugins.analysis.order_errors import count_errors
+from scripts.lab.analysis.bleu_gap import LEVEL, SAMPLES
+from scripts.lab.analysis.order_errors import count_errors
 
 BEYOND_PAPER = 1.5  # BLEU: a gap this much wider than the paper's is to be explained (issue 20's rule)
 

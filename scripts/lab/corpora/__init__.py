@@ -5,7 +5,7 @@ scripts/build_typo_corpus.py), distillation (scripts/distill.py) and the paper d
 Every step of the pipelines writes its outputs to a temporary name and renames them when complete,
 and is skipped when its outputs already exist: an interrupted preparation resumes where it stopped
 and never leaves a half-written file behind.  The output folder has the layout
-``fairseq_plugins.evaluation.corpus.Corpus`` reads:
+``scripts.lab.evaluation.corpus.Corpus`` reads:
 
     OUT/bin/                 fairseq-preprocess output (train/valid/test, dictionaries)
     OUT/test.SRC, test.TGT   the raw (detokenised) test set; test.TGT is the BLEU reference

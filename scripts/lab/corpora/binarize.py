@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import PrepError, log
+from scripts.lab.corpora.files import PrepError, log
 
 
 def binarize(dest, src, tgt, prefixes, joined=False, dicts=None, workers=1):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fairseq_plugins.corpora.files import AtomicBinary, PrepError, iter_lines, log, read_lines, write_lines
+from scripts.lab.corpora.files import AtomicBinary, PrepError, iter_lines, log, read_lines, write_lines
 
 
 def find_file(raw_dir, basename, prefer=None):

@@ -4,7 +4,7 @@ import shutil
 import time
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import AtomicWriter, count_lines, log, tmp_name
+from scripts.lab.corpora.files import AtomicWriter, count_lines, log, tmp_name
 
 
 def learn_bpe(inputs, codes, merges, workers):

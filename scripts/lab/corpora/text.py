@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fairseq_plugins.corpora.files import AtomicWriter, PrepError, count_lines, exists, iter_lines, log, zip_strict
+from scripts.lab.corpora.files import AtomicWriter, PrepError, count_lines, exists, iter_lines, log, zip_strict
 
 _WORKER = {}
 

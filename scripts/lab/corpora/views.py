@@ -4,7 +4,7 @@ import os
 import shutil
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import PrepError, log
+from scripts.lab.corpora.files import PrepError, log
 
 
 def make_view(main, view, reverse=False, test_from="test"):

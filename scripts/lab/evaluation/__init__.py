@@ -4,8 +4,8 @@
 their convergence rule (:mod:`.learning_curve`) and background jobs in their own process groups
 (:mod:`.jobs`).
 
-Not imported by ``--user-dir fairseq_plugins``: only the scripts and the tests use it (and
-``compat.py``, when fairseq loads a checkpoint: :mod:`.shipped_check`).
+Not imported by ``--user-dir fairseq_plugins``: only the scripts and the tests use it (the check of a
+shipped checkpoint when fairseq loads it is the plugin's own: ``fairseq_plugins/shipped.py``).
 """
 
 

@@ -53,12 +53,12 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import torch
 
-from fairseq_plugins.corpora.files import AtomicWriter
+from scripts.lab.corpora.files import AtomicWriter
 from fairseq_plugins.decoding.beam_rows import INITIAL_CACHE_COLUMNS
 from fairseq_plugins.decoding.drafters.base import DraftContext, StepResult
 from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
 from fairseq_plugins.decoding.lean_beam import BeamState, LeanBeamSearch
-from fairseq_plugins.evaluation import EvaluationError
+from scripts.lab.evaluation import EvaluationError
 
 K_MAX = 64  # the "uncapped" draft: 64 tokens (longer than any shipped test sentence's output)
 DRAFT_KINDS = ("greedy", "input_copy", "beam_path")

@@ -6,8 +6,8 @@ import re
 import shlex
 from pathlib import Path
 
-from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
-from fairseq_plugins.viz.speed_vs_bleu import FAMILIES  # anchors, orders, draft-and-verify, non-autoregressive
+from scripts.lab.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
+from scripts.lab.viz.speed_vs_bleu import FAMILIES  # anchors, orders, draft-and-verify, non-autoregressive
 
 
 def per_model(row):

@@ -4,7 +4,7 @@ files (the BLEU references) and the subword model with its ``subword`` marker.  
 back into plain text and scores them with sacreBLEU."""
 from pathlib import Path
 
-from fairseq_plugins.evaluation import EvaluationError
+from scripts.lab.evaluation import EvaluationError
 
 
 class Corpus:

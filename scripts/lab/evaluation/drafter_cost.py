@@ -24,7 +24,7 @@ from argparse import Namespace
 
 import torch
 
-from fairseq_plugins.evaluation.operations import operations
+from scripts.lab.evaluation.operations import operations
 
 #: the thread's CPU time: on a shared machine, time other processes take from this one is not counted
 #: (wall-clock time with --wall)

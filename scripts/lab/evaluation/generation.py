@@ -11,11 +11,12 @@ cuts a split into fairseq's length-sorted batches -- all sentences, or only some
 from pathlib import Path
 
 import torch
-from fairseq.data import BaseWrapperDataset  # after fairseq_plugins/__init__ (this package's parent) repaired fairseq
+from fairseq.data import BaseWrapperDataset  # after scripts/lab/__init__ imported the plugin, which repaired fairseq
 
-from fairseq_plugins.evaluation import EvaluationError
+import fairseq_plugins
+from scripts.lab.evaluation import EvaluationError
 
-PLUGIN_DIR = str(Path(__file__).resolve().parents[1])
+PLUGIN_DIR = str(Path(fairseq_plugins.__file__).resolve().parent)  # what --user-dir loads
 
 
 class Sentences(BaseWrapperDataset):

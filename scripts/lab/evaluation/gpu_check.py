@@ -26,7 +26,7 @@ import torch
 import fairseq_plugins  # noqa: F401  (compat repairs + registration)
 from fairseq_plugins.decoding.drafters import DRAFTERS as REGISTERED
 from fairseq_plugins.decoding.drafters.auto import AutoDrafter
-from fairseq_plugins.evaluation.generation import Generation
+from scripts.lab.evaluation.generation import Generation
 
 DRAFTERS = tuple(n for n in REGISTERED.names if not issubclass(REGISTERED[n], AutoDrafter))  # auto: one of these
 MAX_LEN = dict(max_len_a=1.2, max_len_b=10)

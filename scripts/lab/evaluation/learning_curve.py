@@ -15,7 +15,7 @@ evaluation points: they neither count towards ``min_points`` nor break the last 
 import json
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import AtomicWriter
+from scripts.lab.corpora.files import AtomicWriter
 
 TOLERANCE = 0.3
 MIN_POINTS = 5

@@ -11,7 +11,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from fairseq_plugins.evaluation import EvaluationError
+from scripts.lab.evaluation import EvaluationError
 
 LOCK = ".lock"
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from fairseq_plugins.evaluation import paper_tables as T
+from scripts.lab.evaluation import paper_tables as T
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 PY = sys.executable
 

@@ -6,8 +6,8 @@ import time
 
 from tabulate import tabulate
 
-from fairseq_plugins.evaluation.operations import is_operation
-from fairseq_plugins.evaluation.profile_points import POINTS, instrumented, roots_of
+from scripts.lab.evaluation.operations import is_operation
+from scripts.lab.evaluation.profile_points import POINTS, instrumented, roots_of
 
 ROW_LABEL = "row"
 SYNC_OPS = {"aten::_local_scalar_dense": "host sync: scalar reads (aten::_local_scalar_dense)",

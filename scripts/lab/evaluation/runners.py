@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairseq_plugins.evaluation import EvaluationError
-from fairseq_plugins.evaluation.generation import PLUGIN_DIR, Generation
+from scripts.lab.evaluation import EvaluationError
+from scripts.lab.evaluation.generation import PLUGIN_DIR, Generation
 
 
 class FairseqRunner:

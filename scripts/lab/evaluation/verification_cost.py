@@ -37,7 +37,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from fairseq_plugins.corpora.files import AtomicWriter
+from scripts.lab.corpora.files import AtomicWriter
 from fairseq_plugins.decoding.drafters import BlockDrafter, Draft
 
 #: size name -> (fairseq architecture, dictionary size)
@@ -93,7 +93,7 @@ def device_setup(device: str):
 
 def build_model(size: str, device: torch.device):
     """``(dictionary, model, description)`` at ``size`` on ``device`` (fp16 on a GPU)."""
-    from fairseq_plugins.evaluation.drafter_cost import random_verifier
+    from scripts.lab.evaluation.drafter_cost import random_verifier
 
     arch, vocab = SIZES[size]
     d, model = random_verifier(vocab, arch)
@@ -139,7 +139,7 @@ def check_widths(widths: Sequence[int]):
 def probe(model, d, device, batch: int, widths: Sequence[int], steps: int, repeats: int) -> Dict[int, dict]:
     """Per width: ``seconds`` (median interval), ``ratio`` (to the plain step, interleaved rounds),
     ``ratio_range`` (the rounds' least and greatest) and ``iterations`` (intervals timed at the width)."""
-    from fairseq_plugins.evaluation.iteration_intervals import iteration_intervals
+    from scripts.lab.evaluation.iteration_intervals import iteration_intervals
 
     check_widths(widths)
     sample = random_sample(d, batch, device)

@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MODEL, TINY, CORPUS = "gec_base", "gec_tiny", "gec-en"
 MODELS_LIST = REPO / "configs" / "reference" / "gec.txt"
 ROWS = REPO / "configs" / "benchmark" / "gec.json"
@@ -66,7 +66,7 @@ CPU_JOBS = 6  # default CPU processes side by side: each streams ~0.1 GB of fp32
 
 
 def add_arguments(ap):
-    g = ap.add_argument_group("base part (fairseq_plugins/offline/base_size.py)")
+    g = ap.add_argument_group("base part (scripts/lab/offline/base_size.py)")
     g.add_argument("--bench-reserve", type=float, default=BENCH_RESERVE,
                    help=f"seconds kept after the training for pack, test BLEU and benchmark (default {BENCH_RESERVE})")
     g.add_argument("--base-sentences", type=int, default=8,
@@ -142,7 +142,7 @@ def ctranslate2_missing():
 
 
 class BasePart:
-    """The part's steps over an :class:`~fairseq_plugins.offline.evidence.Evidence` (device, deadline,
+    """The part's steps over an :class:`~scripts.lab.offline.evidence.Evidence` (device, deadline,
     work folder, report, step runner)."""
 
     def __init__(self, ev):
@@ -200,7 +200,7 @@ class BasePart:
         return True
 
     def train_command(self, stop_hours):
-        from fairseq_plugins.evaluation.generation import PLUGIN_DIR
+        from scripts.lab.evaluation.generation import PLUGIN_DIR
         from scripts.reference_run import config_args
 
         ev = self.ev
@@ -217,7 +217,7 @@ class BasePart:
         return cmd, m["config"], portable
 
     def train(self, window):
-        from fairseq_plugins.evaluation import train_log
+        from scripts.lab.evaluation import train_log
         from scripts.reference_run import trained_updates
 
         stop_hours = max(1.0, window - TRAIN_OVERHEAD) / 3600
@@ -240,7 +240,7 @@ class BasePart:
                            f"valid loss {record['valid_loss']}\n\n" + code(portable), [record])
 
     def pack(self, last):
-        from fairseq_plugins.evaluation.reference_models import corpus_sha256, file_sha256, pack_checkpoint
+        from scripts.lab.evaluation.reference_models import corpus_sha256, file_sha256, pack_checkpoint
 
         pack_checkpoint(last, self.checkpoint)
         size = self.checkpoint.stat().st_size
@@ -255,7 +255,7 @@ class BasePart:
 
     def bleu(self):
         out = self.root / "test_bleu.json"
-        cmd = [sys.executable, "-m", "fairseq_plugins.offline.base_size", "bleu", "--checkpoint", self.checkpoint,
+        cmd = [sys.executable, "-m", "scripts.lab.offline.base_size", "bleu", "--checkpoint", self.checkpoint,
                "--corpus", self.ev.data / CORPUS, "--out", out, "--device", self.ev.device,
                "--batch-size", "128" if self.ev.cuda else "16"] + (["--fp16"] if self.ev.cuda else [])
         rc, _ = self.ev.checked("test-bleu-gec_base", cmd)
@@ -306,7 +306,7 @@ class BasePart:
         return units, not_run
 
     def rows_file(self, unit):
-        from fairseq_plugins.evaluation.bench_rows import load_rows
+        from scripts.lab.evaluation.bench_rows import load_rows
 
         path = self.root / "rows" / f"{unit.model}-{unit.name}.json"
         if not path.exists():
@@ -330,7 +330,7 @@ class BasePart:
         return [str(c) for c in cmd], env
 
     def benchmark(self):
-        from fairseq_plugins.evaluation.jobs import Job
+        from scripts.lab.evaluation.jobs import Job
 
         ev, args = self.ev, self.args
         if not self.checkpoint.exists():
@@ -422,7 +422,7 @@ def merged(results):
     """The units' rows as one table in configs/benchmark/gec.json's order (the base model first, by batch
     size): a baseline several units ran is kept once (the first finished unit's); every other row keeps
     the ratios of its own unit; the derived ratios (× CT2, × beam 5) are taken again over the table."""
-    from fairseq_plugins.evaluation.bench_rows import load_rows
+    from scripts.lab.evaluation.bench_rows import load_rows
     from scripts.benchmark import add_derived_ratios
 
     order = {r["method"]: i for i, r in enumerate(load_rows([ROWS]))}
@@ -455,15 +455,15 @@ def table(rows):
 
 
 def code(text):
-    from fairseq_plugins.offline.evidence import code as fenced
+    from scripts.lab.offline.evidence import code as fenced
 
     return fenced(text)
 
 
 def test_bleu(checkpoint, corpus, device, batch_size, fp16):
     """fairseq's greedy on ``corpus``'s whole test set, scored as the benchmark scores its rows."""
-    from fairseq_plugins.evaluation.corpus import Corpus
-    from fairseq_plugins.evaluation.runners import FairseqRunner
+    from scripts.lab.evaluation.corpus import Corpus
+    from scripts.lab.evaluation.runners import FairseqRunner
 
     corpus = Corpus(corpus)
     runner = FairseqRunner(corpus, checkpoint, GENERATE, 1, batch_size, device, fp16, 1 if device == "cpu" else 4,

@@ -31,10 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from fairseq_plugins.evaluation.reference_models import file_sha256
-from fairseq_plugins.offline import limits
+from scripts.lab.evaluation.reference_models import file_sha256
+from scripts.lab.offline import limits
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FAIRSEQ = ("fairseq-fixed", "0.12.3.1")
 DEPENDENCIES = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "bitarray", "cffi", "pycparser")
 SDIST_ONLY = ("antlr4-python3-runtime",)  # no wheel on PyPI: one pure-Python wheel built here serves every Python

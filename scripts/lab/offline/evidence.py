@@ -1,6 +1,6 @@
 """The GPU evidence of issue 32, in three deadline-aware parts (``scripts/gpu_evidence.sh``, docs/GPU.md).
 
-    python -m fairseq_plugins.offline.evidence --bundle BUNDLE --out OUT --part speed|train|base [--deadline S] [--device cpu|cuda]
+    python -m scripts.lab.offline.evidence --bundle BUNDLE --out OUT --part speed|train|base [--deadline S] [--device cpu|cuda]
 
 ``speed``: the environment; the reference models of ``models/`` (or, without them, a short stage-1
 training); the GPU self-check (``scripts/gpu_check.py``: fp32 and fp16 identical-to-greedy shares of
@@ -30,13 +30,13 @@ import tarfile
 import time
 from pathlib import Path
 
-from fairseq_plugins.evaluation import train_log
-from fairseq_plugins.evaluation.jobs import Job, exit_on_sigterm, job_env
-from fairseq_plugins.evaluation.reference_models import freeze, pack_checkpoint
-from fairseq_plugins.offline import base_size, limits
-from fairseq_plugins.offline.bundle import TEACHER
+from scripts.lab.evaluation import train_log
+from scripts.lab.evaluation.jobs import Job, exit_on_sigterm, job_env
+from scripts.lab.evaluation.reference_models import freeze, pack_checkpoint
+from scripts.lab.offline import base_size, limits
+from scripts.lab.offline.bundle import TEACHER
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPE = REPO / "configs" / "gpu" / "recipe.json"
 GOLD = REPO / "configs" / "reference" / "convergence_gold.txt"
 KD = REPO / "configs" / "reference" / "convergence_kd.txt"
@@ -305,7 +305,7 @@ class Evidence:
         """scripts/cost_probe.py (``COST_PROBE``): one engine iteration verifying a draft of width m against
         a plain step, on random weights at the papers' sizes.  Its JSONL goes into the logs tarball (an
         OUT file would take a model archive's slot), its records into results.jsonl, its tables into summary.md."""
-        from fairseq_plugins.evaluation.verification_cost import markdown
+        from scripts.lab.evaluation.verification_cost import markdown
 
         jsonl = self.logs / "cost_probe.jsonl"
         cmd = [sys.executable, "-m", "scripts.cost_probe", *COST_PROBE["cuda" if self.cuda else "cpu"],
@@ -393,8 +393,8 @@ class Evidence:
 
     def test_bleu(self):
         """Test BLEU of every order (and the L2R control) at greedy and at its beam, gap to L2R-KD."""
-        from fairseq_plugins.evaluation.corpus import Corpus
-        from fairseq_plugins.evaluation.runners import FairseqRunner
+        from scripts.lab.evaluation.corpus import Corpus
+        from scripts.lab.evaluation.runners import FairseqRunner
         from scripts.reference_run import CURVE_GENERATE
 
         models = {n: m for n, m in self.read_models(KD).items() if m["curve"]
@@ -535,7 +535,7 @@ PART_DEFAULTS = {"speed": 230, "train": 470, "base": base_size.DEADLINE}  # seco
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", required=True)
-    ap.add_argument("--out", required=True, help="what comes back (checked against fairseq_plugins/offline/limits.py)")
+    ap.add_argument("--out", required=True, help="what comes back (checked against scripts/lab/offline/limits.py)")
     ap.add_argument("--part", required=True, choices=sorted(PART_DEFAULTS))
     ap.add_argument("--deadline", type=float, help="seconds for the whole command (default: speed 230, train 470, base 540)")
     ap.add_argument("--start", type=float, default=None, help="epoch seconds the command started (the shell's)")

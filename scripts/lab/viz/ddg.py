@@ -18,7 +18,7 @@ from typing import List
 
 import torch
 
-from fairseq_plugins.viz.pyplot import pyplot
+from scripts.lab.viz.pyplot import pyplot
 
 
 @dataclass

@@ -15,8 +15,8 @@ import json
 import textwrap
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import AtomicBinary
-from fairseq_plugins.viz.pyplot import pyplot
+from scripts.lab.corpora.files import AtomicBinary
+from scripts.lab.viz.pyplot import pyplot
 
 FAMILIES = ("anchors", "orders", "draft-and-verify", "non-autoregressive")
 MARKERS = {"anchors": "s", "orders": "^", "draft-and-verify": "o", "non-autoregressive": "D"}
@@ -64,7 +64,7 @@ def read_results(path):
 
 def plotted(results):
     """The rows the figure shows: a BLEU and a speed ratio, not an A/A control."""
-    from fairseq_plugins.evaluation.bench_rows import is_control  # (bench_rows reads FAMILIES from here)
+    from scripts.lab.evaluation.bench_rows import is_control  # (bench_rows reads FAMILIES from here)
 
     return [r for r in results if r.get("bleu") is not None and r.get("ratio_vs_greedy") and not is_control(r)]
 
