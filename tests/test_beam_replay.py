@@ -1,4 +1,4 @@
-"""The beam replay measurement (evaluation/beam_replay.py): the count on a trace worked out by hand;
+"""The beam replay measurement (scripts/lab/evaluation/beam_replay.py): the count on a trace worked out by hand;
 on the tiny model, the recorded beam's hypotheses are the lean beam's, a beam-1 replay of drafts that
 are the beam's own path takes one call per sentence and of drafts that are always wrong one call per
 step, IAD's drafts at beam 1 take exactly the engine's calls (batch 1, fixed width), and each

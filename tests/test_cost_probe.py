@@ -1,4 +1,4 @@
-"""The cost probe (``python -m scripts.cost_probe``, ``evaluation/verification_cost.py``): one engine
+"""The cost probe (``python -m scripts.cost_probe``, ``scripts/lab/evaluation/verification_cost.py``): one engine
 iteration verifying a draft of width m against a plain step, on tiny random weights, on the CPU."""
 import json
 import sys
