@@ -45,9 +45,9 @@ repaired here, in one place, so that no user has to set an environment variable:
    prints what it has and exits.  With ``-h``/``--help`` the options are now added first (the same
    call without ``--help``, its errors about a missing data folder muted), then the help printed.
 8. Before fairseq loads checkpoints with a task (``load_model_ensemble_and_task``: fairseq-generate,
-   -interactive, the plugin's in-process ``Generation``), a checkpoint of a ``models/`` folder is
+   -interactive, the lab's in-process ``Generation``), a checkpoint of a ``models/`` folder is
    checked against its manifest's sha256 and the data folder's dictionaries against the ones it was
-   trained with (``evaluation/shipped_check.py``; ``--no-verify-shipped``), and torch's "size
+   trained with (``shipped.py``; ``--no-verify-shipped``), and torch's "size
    mismatch" of the embeddings is reported as a data folder of another corpus.
 9. ``fairseq-interactive`` read its input as strict UTF-8 (or, in a C locale, with surrogates that
    sentencepiece cannot take): one undecodable line ended the run and lost the lines after it.  Its
@@ -340,7 +340,7 @@ def _check_checkpoints_before_loading():
     signature = inspect.signature(original)
 
     def load_model_ensemble_and_task(*args, **kwargs):
-        from fairseq_plugins.evaluation.shipped_check import explain_load_error, verify_shipped
+        from fairseq_plugins.shipped import explain_load_error, verify_shipped
 
         bound = signature.bind(*args, **kwargs)
         filenames, task = bound.arguments.get("filenames", ()), bound.arguments.get("task")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """How many beam steps one verification call could replay, per model, beam, draft kind and draft cap
-k (issue 51, item 2; the count is defined in ``fairseq_plugins/evaluation/beam_replay.py``).
+k (issue 51, item 2; the count is defined in ``scripts/lab/evaluation/beam_replay.py``).
 
 Each shipped model (``models/MANIFEST.json``: its checkpoint, its evaluation corpus, its
 ``generate`` arguments) is decoded sentence by sentence (batch 1) with the lean beam search at each
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from fairseq_plugins.evaluation import EvaluationError
-from fairseq_plugins.evaluation.beam_replay import DRAFT_KINDS, K_MAX, markdown, measure, rows_of, write_jsonl
-from fairseq_plugins.evaluation.generation import Generation
-from fairseq_plugins.evaluation.reference_models import ReferenceModels
+from scripts.lab.evaluation import EvaluationError
+from scripts.lab.evaluation.beam_replay import DRAFT_KINDS, K_MAX, markdown, measure, rows_of, write_jsonl
+from scripts.lab.evaluation.generation import Generation
+from scripts.lab.evaluation.reference_models import ReferenceModels
 
 REPO = Path(__file__).resolve().parents[1]
 

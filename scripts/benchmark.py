@@ -96,17 +96,17 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from fairseq_plugins.corpora.files import AtomicWriter
-from fairseq_plugins.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
-from fairseq_plugins.evaluation.bench_rows import (
+from scripts.lab.corpora.files import AtomicWriter
+from scripts.lab.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
+from scripts.lab.evaluation.bench_rows import (
     load_rows, family_of, checkpoint_of, CheckpointStamps, row_args, extra_checkpoints, corpus_folder,
     group_of, checked_plan, hypotheses_name, is_engine_greedy, is_drafting, missing_checkpoints, unreliable_timing)
-from fairseq_plugins.evaluation.corpus import Corpus
-from fairseq_plugins.evaluation.jobs import exit_on_sigterm
-from fairseq_plugins.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
-from fairseq_plugins.evaluation.out_folder import check_writable
-from fairseq_plugins.evaluation.runners import CTranslate2Runner, FairseqRunner
-from fairseq_plugins.evaluation.timing import pair_ratio, time_interleaved
+from scripts.lab.evaluation.corpus import Corpus
+from scripts.lab.evaluation.jobs import exit_on_sigterm
+from scripts.lab.evaluation.memory import MEMORY_BATCHES, peak_memory_mb
+from scripts.lab.evaluation.out_folder import check_writable
+from scripts.lab.evaluation.runners import CTranslate2Runner, FairseqRunner
+from scripts.lab.evaluation.timing import pair_ratio, time_interleaved
 from scripts.benchmark_plot import plot
 
 RUNS = 5  # timed passes per row, by default

@@ -13,9 +13,9 @@ import shutil
 import time
 from pathlib import Path
 
-from fairseq_plugins.evaluation import bench_rows
-from fairseq_plugins.evaluation.jobs import die_with_parent
-from fairseq_plugins.evaluation.out_folder import claimed
+from scripts.lab.evaluation import bench_rows
+from scripts.lab.evaluation.jobs import die_with_parent
+from scripts.lab.evaluation.out_folder import claimed
 from scripts import benchmark as bench
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Redraw the benchmark's speed-vs-BLEU figure (``fairseq_plugins/viz/speed_vs_bleu.py``) from a
+"""Redraw the benchmark's speed-vs-BLEU figure (``scripts/lab/viz/speed_vs_bleu.py``) from a
 results file written by scripts/benchmark.py::
 
     python -m scripts.benchmark_plot work/demo/results/results.jsonl --out speed_vs_bleu.png
@@ -7,7 +7,7 @@ results file written by scripts/benchmark.py::
 import argparse
 from pathlib import Path
 
-from fairseq_plugins.viz.speed_vs_bleu import plot, read_results
+from scripts.lab.viz.speed_vs_bleu import plot, read_results
 
 
 def main(argv=None):

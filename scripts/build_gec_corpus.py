@@ -37,7 +37,7 @@ import sysconfig
 import tokenize
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import write_lines
+from scripts.lab.corpora.files import write_lines
 from scripts import build_message_corpus as bmc
 from scripts.build_typo_corpus import typo
 

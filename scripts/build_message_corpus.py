@@ -25,9 +25,9 @@ import re
 import sys
 from pathlib import Path
 
-from fairseq_plugins.corpora import subwords
-from fairseq_plugins.corpora.binarize import binarize as corpus_binarize
-from fairseq_plugins.corpora.files import write_lines
+from scripts.lab.corpora import subwords
+from scripts.lab.corpora.binarize import binarize as corpus_binarize
+from scripts.lab.corpora.files import write_lines
 
 # pair name -> (source locale dirs, target locale dirs, fairseq language codes)
 PAIRS = {

@@ -23,7 +23,7 @@ import hashlib
 import random
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import write_lines
+from scripts.lab.corpora.files import write_lines
 from scripts import build_message_corpus as bmc
 
 LANGS = ("typo", "en")

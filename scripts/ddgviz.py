@@ -10,7 +10,7 @@ matrix and the decoding dependency graph.
 import argparse
 from pathlib import Path
 
-from fairseq_plugins.evaluation.generation import Generation
+from scripts.lab.evaluation.generation import Generation
 
 
 def main(argv=None):
@@ -29,7 +29,7 @@ def main(argv=None):
 
     import torch
 
-    from fairseq_plugins.viz.ddg import jacobi_trace, render_html, render_png
+    from scripts.lab.viz.ddg import jacobi_trace, render_html, render_png
 
     loaded = Generation.from_checkpoint(args.path, args.data)
     model, task = loaded.models[0], loaded.task

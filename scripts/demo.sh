@@ -29,7 +29,7 @@ say() { echo "[demo $(( $(date +%s) - start ))s] $*"; }
 
 if [ "$TRAIN" != 1 ]; then
   python - <<'PY'
-from fairseq_plugins.evaluation.reference_models import ReferenceModels
+from scripts.lab.evaluation.reference_models import ReferenceModels
 store = ReferenceModels("models")
 store.check_whole()
 for name in store.models:

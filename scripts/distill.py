@@ -52,10 +52,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fairseq_plugins.corpora.binarize import binarize
-from fairseq_plugins.evaluation import EvaluationError
-from fairseq_plugins.evaluation.reference_models import SEGMENTATION_FILES, file_sha256
-from fairseq_plugins.evaluation.generation import Generation
+from scripts.lab.corpora.binarize import binarize
+from scripts.lab.evaluation import EvaluationError
+from scripts.lab.evaluation.reference_models import SEGMENTATION_FILES, file_sha256
+from scripts.lab.evaluation.generation import Generation
 
 
 class DistillError(RuntimeError):

@@ -3,7 +3,7 @@
 #   bash scripts/gpu_evidence.sh BUNDLE OUT --part speed|train|base [--deadline S] [--device cpu|cuda] [...]
 # Installs the bundle (scripts/offline_bundle.sh) with pip --no-index --no-deps into a temporary
 # folder on PYTHONPATH, never touching the machine's torch, then runs one part
-# (fairseq_plugins/offline/evidence.py; --help lists the dry-run options).  PYTHON picks the interpreter.
+# (scripts/lab/offline/evidence.py; --help lists the dry-run options).  PYTHON picks the interpreter.
 set -euo pipefail
 start=$(date +%s)
 cd "$(dirname "$0")/.."
@@ -30,4 +30,4 @@ for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
 PY
 fi
 export PYTHONPATH="$target:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "$py" -m fairseq_plugins.offline.evidence --bundle "$bundle" --out "$out" --start "$start" "$@"
+exec "$py" -m scripts.lab.offline.evidence --bundle "$bundle" --out "$out" --start "$start" "$@"

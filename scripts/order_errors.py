@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Repeats, drops and where they stand, from fairseq-generate outputs (docs/RESULTS.md,
-"reordered models at convergence"; counts: fairseq_plugins/analysis/order_errors.py).
+"reordered models at convergence"; counts: scripts/lab/analysis/order_errors.py).
 
 Each FILE is what ``fairseq-generate ... > FILE`` printed (its ``H-`` hypotheses and ``T-``
 references, subword tokens, natural order): one row per file, so an order sits beside the L2R
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from fairseq_plugins.analysis.order_errors import count_errors
+from scripts.lab.analysis.order_errors import count_errors
 
 
 def read_generate_output(path):

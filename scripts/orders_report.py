@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The orders against their L2R control beside the papers, from one benchmark run (docs/RESULTS.md;
-the table: fairseq_plugins/analysis/orders_report.py)::
+the table: scripts/lab/analysis/orders_report.py)::
 
     python -m scripts.benchmark --rows configs/benchmark/orders.json --data models/data/en-de \\
         --checkpoints models --out OUT --batch-sizes 1 32 --quality-batch-size 32 --threads 1 \\
@@ -13,11 +13,11 @@ import argparse
 import json
 from pathlib import Path
 
-from fairseq_plugins.analysis.bleu_gap import paired_gap
-from fairseq_plugins.analysis.orders_report import controls, error_summary, markdown, report_rows
-from fairseq_plugins.analysis.position_precision import position_precision
-from fairseq_plugins.evaluation import EvaluationError
-from fairseq_plugins.evaluation.corpus import Corpus
+from scripts.lab.analysis.bleu_gap import paired_gap
+from scripts.lab.analysis.orders_report import controls, error_summary, markdown, report_rows
+from scripts.lab.analysis.position_precision import position_precision
+from scripts.lab.evaluation import EvaluationError
+from scripts.lab.evaluation.corpus import Corpus
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def gap_intervals(results, saved, group):
 def direction_accuracy(results, checkpoints, data, group):
     """Model name -> teacher-forced accuracy by direction on ``data``'s validation set, for every model of
     ``group`` whose ``<checkpoints>/<model>/checkpoint_best.pt`` is there."""
-    from fairseq_plugins.analysis.slot_accuracy import checkpoint_slot_accuracy
+    from scripts.lab.analysis.slot_accuracy import checkpoint_slot_accuracy
 
     out = {}
     for model in dict.fromkeys(r["model"] for r in results if r.get("group", "") == group):

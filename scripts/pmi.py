@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from fairseq_plugins.evaluation.generation import Generation
+from scripts.lab.evaluation.generation import Generation
 
 
 def mean_nll(path, data, subset, max_tokens, cpu):

@@ -4,7 +4,7 @@
 For each row (a benchmark row: fairseq-generate arguments), the script loads the model as the
 benchmark does, decodes the timed sentences once as a warm-up and once plainly (the unprofiled
 time), then once under ``torch.profiler`` with the components of
-``fairseq_plugins.evaluation.profile_points.POINTS`` wrapped in ``torch.profiler.record_function``
+``scripts.lab.evaluation.profile_points.POINTS`` wrapped in ``torch.profiler.record_function``
 only while profiling (that module says how to add a component).
 
 Output, per row: a Markdown table (component, total ms, % of the row's profiled time, calls, the
@@ -27,12 +27,12 @@ import json
 import statistics
 from pathlib import Path
 
-from fairseq_plugins.evaluation import bench_rows
-from fairseq_plugins.evaluation.corpus import Corpus
-from fairseq_plugins.evaluation.iteration_intervals import intervals_markdown, iteration_intervals
-from fairseq_plugins.evaluation.profile_points import ENGINE_STEPS, POINTS
-from fairseq_plugins.evaluation.row_profile import markdown, profile_row
-from fairseq_plugins.evaluation.runners import FairseqRunner
+from scripts.lab.evaluation import bench_rows
+from scripts.lab.evaluation.corpus import Corpus
+from scripts.lab.evaluation.iteration_intervals import intervals_markdown, iteration_intervals
+from scripts.lab.evaluation.profile_points import ENGINE_STEPS, POINTS
+from scripts.lab.evaluation.row_profile import markdown, profile_row
+from scripts.lab.evaluation.runners import FairseqRunner
 from scripts import benchmark  # its default device, error and sentence count
 
 DEFAULT_ROWS = [

@@ -26,7 +26,7 @@ one scorer at a time decodes each new interval checkpoint's ``--curve-subset`` s
 generator fairseq-generate would pick (the checkpoint's own order) and sacreBLEU scores it; the
 point is appended to the model's curve.json at once (a checkpoint already there is never scored
 again, one that cannot be loaded is skipped with a warning).  The convergence watch
-(fairseq_plugins/evaluation/learning_curve.py) stops a training with SIGTERM once its curve meets the
+(scripts/lab/evaluation/learning_curve.py) stops a training with SIGTERM once its curve meets the
 rule: validation BLEU within ``--tolerance`` over the last two of at least ``--min-points`` points,
 the last at no fewer than 3x the updates at which ``--flatten-reference`` (L2R) flattened (0 for the
 reference itself, and for every model with ``--flatten-reference none``; with ``self``, 3x the updates
@@ -53,11 +53,11 @@ import time
 from pathlib import Path
 
 from fairseq_plugins.compat import load_checkpoint
-from fairseq_plugins.corpora.files import AtomicWriter
-from fairseq_plugins.evaluation import learning_curve, train_log
-from fairseq_plugins.evaluation.reference_models import (ROLES, ReferenceModels, better, evaluation_corpus, freeze,
+from scripts.lab.corpora.files import AtomicWriter
+from scripts.lab.evaluation import learning_curve, train_log
+from scripts.lab.evaluation.reference_models import (ROLES, ReferenceModels, better, evaluation_corpus, freeze,
                                                          strip_checkpoint)
-from fairseq_plugins.evaluation.jobs import Job, TrainingSlots, exit_on_sigterm, job_env
+from scripts.lab.evaluation.jobs import Job, TrainingSlots, exit_on_sigterm, job_env
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_plugins"
@@ -243,7 +243,7 @@ def check_curve_header(path, curve, header):
 
 def score(corpus, checkpoint, generate, beam, gpu):
     """sacreBLEU of ``checkpoint`` on ``corpus``'s split, decoded as every curve is; (quality, sentence ids)."""
-    from fairseq_plugins.evaluation.runners import FairseqRunner
+    from scripts.lab.evaluation.runners import FairseqRunner
 
     runner = FairseqRunner(corpus, checkpoint, f"{CURVE_GENERATE} {generate}", beam, 128,
                            "cuda" if gpu else "cpu", gpu, 1, max_len=(1.2, 10))
@@ -257,7 +257,7 @@ def curve(args):
     most ``--max-points``), appending each point to curve.json as soon as it is scored."""
     import torch
 
-    from fairseq_plugins.evaluation.corpus import Corpus
+    from scripts.lab.evaluation.corpus import Corpus
 
     torch.set_num_threads(1)
     gpu = cuda_available()
@@ -665,7 +665,7 @@ def offer(m, args):
     decoded; packed if better than the one there (reference_models.better)."""
     import torch
 
-    from fairseq_plugins.evaluation.corpus import Corpus
+    from scripts.lab.evaluation.corpus import Corpus
 
     torch.set_num_threads(1)
     gpu = cuda_available()
@@ -710,7 +710,7 @@ def offer(m, args):
 
 
 def plot(summary, path):
-    from fairseq_plugins.viz.pyplot import pyplot
+    from scripts.lab.viz.pyplot import pyplot
 
     plt = pyplot()
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Teacher-forced accuracy of checkpoints by direction and by slot of a step (docs/RESULTS.md, the
-orders at convergence; the measure: fairseq_plugins/analysis/slot_accuracy.py): which half of a
+orders at convergence; the measure: scripts/lab/analysis/slot_accuracy.py): which half of a
 bidirectional order lags, and whether the lag closes as training goes on::
 
     python -m scripts.slot_accuracy RUNS/ref/checkpoints/ibdecoder/checkpoint_*_*.pt \\
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from fairseq_plugins.analysis.slot_accuracy import checkpoint_slot_accuracy
+from scripts.lab.analysis.slot_accuracy import checkpoint_slot_accuracy
 
 
 def main(argv=None):

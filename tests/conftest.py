@@ -57,8 +57,8 @@ def cached(name, key_parts, build):
     import fairseq
 
     h = hashlib.sha1(repr((key_parts, fairseq.__version__)).encode())
-    for builder in ("scripts/build_message_corpus.py", "fairseq_plugins/corpora/files.py",
-                    "fairseq_plugins/corpora/subwords.py", "fairseq_plugins/corpora/binarize.py"):
+    for builder in ("scripts/build_message_corpus.py", "scripts/lab/corpora/files.py",
+                    "scripts/lab/corpora/subwords.py", "scripts/lab/corpora/binarize.py"):
         h.update((REPO / builder).read_bytes())
     root = Path(os.environ.get("FAST_DECODING_TEST_CACHE", Path.home() / ".cache" / "fast-decoding-tests"))
     folder = root / f"{name}-{h.hexdigest()[:12]}"

@@ -6,7 +6,7 @@ from argparse import Namespace
 
 import torch
 
-from fairseq_plugins.evaluation.generation import Generation
+from scripts.lab.evaluation.generation import Generation
 from fairseq_plugins.tasks.fast_translation import FastTranslationConfig
 
 # short enough to keep the tests fast, long enough that the 300-update model hits it (forced EOS)

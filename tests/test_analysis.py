@@ -4,8 +4,8 @@ import torch
 from fairseq import tasks
 
 from _reorder_utils import build, parse_train_args
-from fairseq_plugins.analysis.order_errors import count_errors
-from fairseq_plugins.analysis.slot_accuracy import later_slots_hidden, slot_accuracy
+from scripts.lab.analysis.order_errors import count_errors
+from scripts.lab.analysis.slot_accuracy import later_slots_hidden, slot_accuracy
 from fairseq_plugins.orders import get_order
 
 

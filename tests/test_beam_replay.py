@@ -1,4 +1,4 @@
-"""The beam replay measurement (evaluation/beam_replay.py): the count on a trace worked out by hand;
+"""The beam replay measurement (scripts/lab/evaluation/beam_replay.py): the count on a trace worked out by hand;
 on the tiny model, the recorded beam's hypotheses are the lean beam's, a beam-1 replay of drafts that
 are the beam's own path takes one call per sentence and of drafts that are always wrong one call per
 step, IAD's drafts at beam 1 take exactly the engine's calls (batch 1, fixed width), and each
@@ -15,7 +15,7 @@ from engine_helpers import MAX_LEN_B, engine, gen_args, load, mixed_batches
 from fairseq_plugins.decoding.drafters.base import DraftContext, StepResult
 from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
 from fairseq_plugins.decoding.lean_beam import LeanBeamSearch
-from fairseq_plugins.evaluation.beam_replay import (K_MAX, BeamTrace, GreedyDrafts, RecordedBeamSearch,
+from scripts.lab.evaluation.beam_replay import (K_MAX, BeamTrace, GreedyDrafts, RecordedBeamSearch,
                                                     beam_path_drafts, input_copy_drafts, measure, replay_calls)
 
 # beam 2, steps 0..4: step 0 keeps two children of row 0 (both rows are the start symbol); steps 1 and 2

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fairseq_plugins.evaluation.bench_rows import BenchmarkError, group_of, load_rows
+from scripts.lab.evaluation.bench_rows import BenchmarkError, group_of, load_rows
 
 
 def _rows(tmp_path, rows):

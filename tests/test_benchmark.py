@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from fairseq_plugins.evaluation import bench_rows
-from fairseq_plugins.evaluation.out_folder import LOCK
-from fairseq_plugins.viz.speed_vs_bleu import own_axis_groups, panel_grid, pareto_front, read_results
+from scripts.lab.evaluation import bench_rows
+from scripts.lab.evaluation.out_folder import LOCK
+from scripts.lab.viz.speed_vs_bleu import own_axis_groups, panel_grid, pareto_front, read_results
 from scripts import benchmark, benchmark_jobs
 from scripts.reference_run import read_models
 
@@ -456,7 +456,7 @@ def test_the_demos_plot_one_colour_per_family_no_controls_one_baseline_per_panel
     the orders (timed against L2R-KD) on the axis of rows timed against fairseq's greedy."""
     import types
 
-    from fairseq_plugins.viz import speed_vs_bleu
+    from scripts.lab.viz import speed_vs_bleu
 
     rows = read_results(DEMO_RESULTS)
     controls = [r for r in rows if "A/A control" in r["method"]]

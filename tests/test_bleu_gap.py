@@ -1,10 +1,10 @@
-"""The paired bootstrap interval of a BLEU gap (fairseq_plugins/analysis/bleu_gap.py)."""
+"""The paired bootstrap interval of a BLEU gap (scripts/lab/analysis/bleu_gap.py)."""
 import random
 
 import pytest
 import sacrebleu
 
-from fairseq_plugins.analysis.bleu_gap import paired_gap
+from scripts.lab.analysis.bleu_gap import paired_gap
 
 
 def systems(n=300, seed=0):

@@ -446,7 +446,7 @@ def test_distillation_resumes_from_its_shards_and_keeps_gold_for_empty_outputs(m
 def test_a_shipped_distillation_restores_the_same_corpus_without_the_teacher(mini_corpus, distilled, tmp_path):
     """--ship writes the targets (xz) and the record; --restore rebuilds byte-identical binarized splits
     from them on the original corpus (what models/ keeps so that snapshots resume on a new machine)."""
-    from fairseq_plugins.evaluation.reference_models import corpus_sha256
+    from scripts.lab.evaluation.reference_models import corpus_sha256
 
     out, _ = distilled
     record = json.loads((out / "distill.json").read_text())

@@ -1,4 +1,4 @@
-"""The cost probe (``python -m scripts.cost_probe``, ``evaluation/verification_cost.py``): one engine
+"""The cost probe (``python -m scripts.cost_probe``, ``scripts/lab/evaluation/verification_cost.py``): one engine
 iteration verifying a draft of width m against a plain step, on tiny random weights, on the CPU."""
 import json
 import sys
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fairseq_plugins.decoding.step import DecoderStep
-from fairseq_plugins.evaluation import verification_cost as vc
+from scripts.lab.evaluation import verification_cost as vc
 from tests.conftest import REPO, run
 
 STEPS, REPEATS = 6, 5
@@ -82,7 +82,7 @@ def test_gpu_evidence_step_reports_the_probe(tmp_path):
     import argparse
     import time
 
-    from fairseq_plugins.offline import evidence
+    from scripts.lab.offline import evidence
 
     args = argparse.Namespace(device="cpu", deadline=600, start=time.time(), work=str(tmp_path / "work"),
                               out=str(tmp_path / "out"), part="speed")

@@ -12,7 +12,7 @@ def setup(tiny_corpus, tiny_model):
 
 
 def test_trace_converges_to_greedy(setup):
-    from fairseq_plugins.viz.ddg import jacobi_trace
+    from scripts.lab.viz.ddg import jacobi_trace
 
     models, task = setup
     ds = task.dataset("test")

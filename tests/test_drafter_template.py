@@ -68,7 +68,8 @@ def plugin_with_template(root):
 def test_the_template_drafter_is_an_option_a_generic_case_an_auto_candidate_and_lossless(tmp_path, tiny_corpus,
                                                                                          tiny_model):
     plugin = plugin_with_template(tmp_path)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(TESTS)]), OMP_NUM_THREADS="1")
+    # the copy first (it is the plugin imported), the repository last (the lab: engine_helpers loads with it)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(TESTS), str(REPO)]), OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", CHECK, str(plugin), str(tiny_corpus), str(tiny_model)],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout[-2000:] + proc.stderr[-4000:]

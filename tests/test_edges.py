@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conftest import PLUGIN_DIR, REPO, fairseq_cli, run
-from fairseq_plugins.evaluation.generation import Generation
-from fairseq_plugins.evaluation.reference_models import file_sha256
+from scripts.lab.evaluation.generation import Generation
+from fairseq_plugins.shipped import file_sha256
 
 
 def failed(cmd, **kw):
@@ -122,11 +122,11 @@ def test_a_data_folder_of_another_size_is_one_line_for_any_checkpoint(tiny_corpu
 
 
 def test_a_shipped_checkpoint_is_hashed_once_per_file(shipped, monkeypatch):
-    from fairseq_plugins.evaluation import reference_models, shipped_check
+    from fairseq_plugins import shipped as shipped_check
 
     checkpoint, _ = shipped
     calls = []
-    monkeypatch.setattr(reference_models, "file_sha256", lambda p: calls.append(p) or file_sha256(p))
+    monkeypatch.setattr(shipped_check, "file_sha256", lambda p: calls.append(p) or file_sha256(p))
     for _ in range(3):
         shipped_check.verify_shipped(checkpoint)
     assert len(calls) == 1

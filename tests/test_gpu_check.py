@@ -1,11 +1,11 @@
-"""The GPU check (fairseq_plugins/evaluation/gpu_check.py), the first command a GPU user runs (scripts/gpu_check.sh): its dry run on a
+"""The GPU check (scripts/lab/evaluation/gpu_check.py), the first command a GPU user runs (scripts/gpu_check.sh): its dry run on a
 CPU in CI (fp32 on a CPU: every lossless generator identical to fairseq's greedy), and the report
 itself on a GPU (marked ``cuda``, run by scripts/gpu_check.sh)."""
 import pytest
 import torch
 
 from _all_generators import PLAIN_DRAFTERS
-from fairseq_plugins.evaluation import gpu_check
+from scripts.lab.evaluation import gpu_check
 
 
 def test_dry_run_on_cpu_reports_every_lossless_generator(tiny_corpus, tiny_model, capsys):

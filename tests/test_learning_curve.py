@@ -1,10 +1,10 @@
-"""fairseq_plugins/evaluation/learning_curve.py: the convergence rule of issue "Reordered models at
+"""scripts/lab/evaluation/learning_curve.py: the convergence rule of issue "Reordered models at
 convergence" on hand-made curves, and curve.json written atomically."""
 import json
 
 import pytest
 
-from fairseq_plugins.evaluation import learning_curve as lc
+from scripts.lab.evaluation import learning_curve as lc
 
 
 def curve(*bleus, step=500):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_plugins.evaluation.reference_models import ReferenceModels, file_sha256
-from fairseq_plugins.offline import bundle as bundle_mod
-from fairseq_plugins.offline import base_size, limits
+from scripts.lab.evaluation.reference_models import ReferenceModels, file_sha256
+from scripts.lab.offline import bundle as bundle_mod
+from scripts.lab.offline import base_size, limits
 from tests.conftest import REPO, cached, run
 
 DRY_TRAIN, DRY_TEST = 60, 4  # sentences of the dry run's corpora
@@ -248,7 +248,7 @@ def gec_bundle(tmp_path_factory):
 
 def base_part(bundle, out, work, *extra):
     """The base part as gpu_evidence.sh runs it, on the CPU with a tiny architecture and 2 updates."""
-    return run([sys.executable, "-m", "fairseq_plugins.offline.evidence", "--bundle", str(bundle), "--out", str(out),
+    return run([sys.executable, "-m", "scripts.lab.offline.evidence", "--bundle", str(bundle), "--out", str(out),
                 "--part", "base", "--device", "cpu", "--work", str(work), "--max-update", "2", "--runs", "1",
                 "--base-sentences", "2", "--base-cpu-batch-sizes", "2", "--base-units", "greedy", "--base-cpu-jobs", "1",
                 "--train-args", TINY_BASE, *extra], cwd=REPO)

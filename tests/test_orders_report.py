@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_plugins.analysis.orders_report import BEYOND_PAPER, markdown, paper_entry, report_rows
+from scripts.lab.analysis.orders_report import BEYOND_PAPER, markdown, paper_entry, report_rows
 from scripts import benchmark, orders_report
 
 PAPERS = {"ib": {"source": "paper A", "batch": 1, "beams": {"4": {"gap": -0.2, "speed": 1.9}}}}
@@ -149,7 +149,7 @@ def test_the_gpu_evidence_reports_the_orders_beside_the_papers(tiny_corpus, tmp_
     and records (the benchmark itself is faked here: its run is the dry run's, tests/test_offline_bundle.py)."""
     import argparse
 
-    from fairseq_plugins.offline import evidence
+    from scripts.lab.offline import evidence
 
     refs = (tiny_corpus / "test.de").read_text(encoding="utf-8").splitlines()
     args = argparse.Namespace(device="cpu", deadline=600, start=time.time(), work=str(tmp_path / "work"), out=str(tmp_path / "out"),

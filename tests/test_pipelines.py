@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from fairseq_plugins.evaluation import paper_plan
+from scripts.lab.evaluation import paper_plan
 from scripts import build_message_corpus as bmc
 from scripts.pipelines import corpus_prep
 from scripts.pipelines import table as table_driver
@@ -146,7 +146,7 @@ def test_wmt14_imamura_table_end_to_end(papers):
     assert (data / "test.de").read_text(encoding="utf-8").splitlines() == expected
     assert (data / "valid.en").read_text(encoding="utf-8").splitlines() == papers["wmt14"]["wmt09"][0]
     assert (data / "subword").read_text().strip() == "subword-nmt" and (data / "bpe.codes").exists()
-    from fairseq_plugins.evaluation.corpus import Corpus
+    from scripts.lab.evaluation.corpus import Corpus
 
     corpus = Corpus(data)
     assert (corpus.src, corpus.tgt, len(corpus.references)) == ("en", "de", len(expected))
@@ -225,7 +225,7 @@ def test_aspec_sentencepiece_per_side(papers, tmp_path):
                 "--vocab-size", "1000", "--workers", "1"])
     assert (out / "subword").read_text().strip() == "sentencepiece"
     assert (out / "spm.ja.model").exists() and (out / "spm.en.model").exists()
-    from fairseq_plugins.evaluation.corpus import Corpus
+    from scripts.lab.evaluation.corpus import Corpus
 
     c = Corpus(out)
     assert (c.src, c.tgt) == ("ja", "en")
@@ -285,7 +285,7 @@ def test_views_reverse_and_dev_as_test(papers):
     main = papers["root"] / "data" / "wmt16_en_ro"
     if not (main / "DONE").exists():
         pytest.skip("needs the WMT16 corpus of test_wmt16_jacobi_table_end_to_end")
-    from fairseq_plugins.evaluation.corpus import Corpus
+    from scripts.lab.evaluation.corpus import Corpus
 
     rev = corpus_prep.make_view(main, papers["root"] / "data" / "view_ro_en", reverse=True)
     c = Corpus(rev)
@@ -306,7 +306,7 @@ def test_average_refuses_too_few_checkpoints(tmp_path):
 def test_table_shows_calls_per_token_and_calls_per_timed_sentence(tmp_path):
     """The table reads the benchmark's results: calls/token beside the ratio, and calls per sentence
     over the sentences the calls were counted on (the timed ones, not every test sentence)."""
-    from fairseq_plugins.evaluation import paper_tables as T
+    from scripts.lab.evaluation import paper_tables as T
 
     table = T.Table("t", "T", "cite", {}, [], [T.Section("s", "S", "c", 1)],
                     [T.Row("s", "greedy", "m", "", reference=True), T.Row("s", "GAD", "m", "")], ["Iter."])

@@ -1,8 +1,8 @@
-"""Precision by position (fairseq_plugins/analysis/position_precision.py): which part of a translation
+"""Precision by position (scripts/lab/analysis/position_precision.py): which part of a translation
 loses n-grams, each n-gram placed by its centre and clipped as BLEU clips."""
 import pytest
 
-from fairseq_plugins.analysis.position_precision import position_precision
+from scripts.lab.analysis.position_precision import position_precision
 
 
 def split(line):

@@ -5,9 +5,9 @@ import pytest
 from fairseq_plugins.decoding.acceptance import Exact
 from fairseq_plugins.decoding.cache import KVCache
 from fairseq_plugins.decoding.step import DecoderStep
-from fairseq_plugins.evaluation import iteration_intervals, profile_points, row_profile
-from fairseq_plugins.evaluation.corpus import Corpus
-from fairseq_plugins.evaluation.runners import FairseqRunner
+from scripts.lab.evaluation import iteration_intervals, profile_points, row_profile
+from scripts.lab.evaluation.corpus import Corpus
+from scripts.lab.evaluation.runners import FairseqRunner
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_operation_count_counts_each_top_level_operation_once():
     tensor; linear calls addmm) are not counted again, every call of the function is."""
     import torch
 
-    from fairseq_plugins.evaluation.operations import operations
+    from scripts.lab.evaluation.operations import operations
 
     x, w = torch.ones(2, 4), torch.ones(3, 4)
     n, y = operations(lambda: torch.nn.functional.linear(torch.ones(2, 4) + x, w))

@@ -1,4 +1,4 @@
-"""The reference models in models/ (fairseq_plugins/evaluation/reference_models.py): every shipped
+"""The reference models in models/ (scripts/lab/evaluation/reference_models.py): every shipped
 entry matches its sha256 and decodes through stock fairseq-generate; a packed checkpoint is fp16 with
 its tied embeddings stored once and no optimizer moments, and fairseq-train goes on from it at its
 update count and learning rate; the replacement rule, the budget and the corpus check; the reference
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import PLUGIN_DIR, REPO, TINY_TRAIN_ARGS, fairseq_cli, run
-from fairseq_plugins.evaluation import reference_models as rm
+from scripts.lab.evaluation import reference_models as rm
 from scripts import reference_run
 
 SHIPPED = rm.ReferenceModels(REPO / "models")

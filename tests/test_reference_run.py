@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from fairseq_plugins.evaluation import jobs
+from scripts.lab.evaluation import jobs
 from scripts import reference_run
 
 
@@ -248,7 +248,7 @@ def test_trainings_die_with_the_command(tmp_path, monkeypatch):
 def test_a_job_dies_with_a_killed_parent(tmp_path):
     """SIGKILL leaves no finally: to run; the kernel's parent-death signal still ends the job."""
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); from fairseq_plugins.evaluation import jobs; "
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from scripts.lab.evaluation import jobs; "
         "job = jobs.Job('sleep', [sys.executable, '-c', 'import time; time.sleep(60)'], sys.argv[2], None); "
         "print(job.group, flush=True); time.sleep(60)"), str(REPO), str(tmp_path / "job.log")],
         stdout=subprocess.PIPE, text=True, cwd=REPO)
@@ -350,7 +350,7 @@ def test_on_a_new_machine_the_orders_floor_comes_from_the_shipped_reference_curv
     it is stopped and packed (before, it found no floor and trained on to --max-update)."""
     import json
 
-    from fairseq_plugins.evaluation import learning_curve
+    from scripts.lab.evaluation import learning_curve
 
     out, store = tmp_path / "out", tmp_path / "models"
     store.mkdir()
@@ -432,7 +432,7 @@ def test_a_pinned_teacher_comes_from_the_repositorys_history_checked_by_sha256(t
 def test_runs_side_by_side_share_the_training_slots(tmp_path, monkeypatch):
     """Stages 1 and 2 run side by side with --parallel 2 each: two trainings between them, and the slot
     one frees goes to the other run's next model at once (the orders no longer wait for L2R-KD)."""
-    from fairseq_plugins.evaluation.jobs import TrainingSlots
+    from scripts.lab.evaluation.jobs import TrainingSlots
 
     out = tmp_path / "out"
     monkeypatch.setattr(reference_run, "train_command",
@@ -465,7 +465,7 @@ def test_runs_side_by_side_share_the_training_slots(tmp_path, monkeypatch):
 def test_the_floor_warning_names_only_models_the_rule_judges(tmp_path):
     """When L2R-KD flattens, the models whose cap comes before the orders' floor are named; a model
     without a curve (a drafter, blockwise heads) trains its set length and is not among them."""
-    from fairseq_plugins.evaluation import learning_curve
+    from scripts.lab.evaluation import learning_curve
 
     out = tmp_path / "out"
     args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fairseq_plugins import compat
-from fairseq_plugins.evaluation import reference_models as rm
-from fairseq_plugins.evaluation import runners
+from scripts.lab.evaluation import reference_models as rm
+from scripts.lab.evaluation import runners
 from scripts import average_checkpoints, reference_run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ engine's verifier read it unchanged, and a frozen base keeps its greedy output e
 
 The saved checkpoint holds the base's architecture arguments and weights, so it decodes on its own
 (the ``--base-checkpoint`` file is only read when training starts).  The exception is a frozen-base
-checkpoint packed into the repository's ``models/`` beside its base (``evaluation.reference_models``):
+checkpoint packed into the repository's ``models/`` beside its base (``scripts/lab/evaluation/reference_models.py``):
 it keeps the heads only, names the base (``base_checkpoint``, relative to ``models/``) with its
 sha256, and loading takes the base's weights from there (:func:`shipped_base_state`).  ``--freeze-base`` sets
 ``requires_grad=False`` on every base parameter: fairseq's trainer builds its optimizer from the
@@ -155,7 +155,7 @@ class BlockwiseTransformerModel(TransformerModel):
 def shipped_base_state(cfg):
     """The base weights of a heads-only checkpoint: from its ``base_checkpoint`` (as given, else relative to
     the repository's ``models/``), the first of those files that has its ``base_sha256``."""
-    from fairseq_plugins.evaluation.reference_models import file_sha256
+    from fairseq_plugins.shipped import file_sha256
 
     ref = getattr(cfg, "base_checkpoint", None)
     override = "pass it with --model-overrides \"{'base_checkpoint': 'PATH'}\""

@@ -1,13 +1,13 @@
 #!/usr/bin/env python
-"""A reversed and/or dev-as-test view of a prepared corpus folder (fairseq_plugins.corpora.views):
+"""A reversed and/or dev-as-test view of a prepared corpus folder (scripts.lab.corpora.views):
 
     python -m scripts.pipelines.corpus_prep view MAIN VIEW [--reverse] [--test-from valid]
 """
 import argparse
 from pathlib import Path
 
-from fairseq_plugins.corpora.files import PrepError, set_tag
-from fairseq_plugins.corpora.views import make_view
+from scripts.lab.corpora.files import PrepError, set_tag
+from scripts.lab.corpora.views import make_view
 
 
 def main(argv=None):

@@ -28,12 +28,12 @@ import argparse
 import os
 from pathlib import Path
 
-from fairseq_plugins.corpora.binarize import binarize
-from fairseq_plugins.corpora.files import (AtomicWriter, PrepError, check_settings, exists, iter_lines, log, set_tag,
+from scripts.lab.corpora.binarize import binarize
+from scripts.lab.corpora.files import (AtomicWriter, PrepError, check_settings, exists, iter_lines, log, set_tag,
                                            write_lines, write_marker)
-from fairseq_plugins.corpora.sources import find_file
-from fairseq_plugins.corpora.subwords import learn_bpe, train_sentencepiece
-from fairseq_plugins.corpora.text import length_filter, process_file
+from scripts.lab.corpora.sources import find_file
+from scripts.lab.corpora.subwords import learn_bpe, train_sentencepiece
+from scripts.lab.corpora.text import length_filter, process_file
 
 LAYOUT = {"train": ("train-{}.txt", 5), "dev": ("dev.txt", 4), "devtest": ("devtest.txt", 4), "test": ("test.txt", 4)}
 

@@ -29,8 +29,8 @@ import shlex
 import subprocess
 import sys
 
-from fairseq_plugins.evaluation import paper_tables as T
-from fairseq_plugins.evaluation.paper_plan import REPO, Planner, TableError
+from scripts.lab.evaluation import paper_tables as T
+from scripts.lab.evaluation.paper_plan import REPO, Planner, TableError
 
 
 # ----------------------------------------------------------------------------------------------

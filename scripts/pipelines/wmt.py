@@ -9,12 +9,12 @@ import argparse
 import os
 from pathlib import Path
 
-from fairseq_plugins.corpora.binarize import binarize
-from fairseq_plugins.corpora.files import (AtomicWriter, PrepError, check_settings, exists, iter_lines, log, set_tag,
+from scripts.lab.corpora.binarize import binarize
+from scripts.lab.corpora.files import (AtomicWriter, PrepError, check_settings, exists, iter_lines, log, set_tag,
                                            write_lines, write_marker, zip_strict)
-from fairseq_plugins.corpora.sources import test_set, training_files
-from fairseq_plugins.corpora.subwords import learn_bpe
-from fairseq_plugins.corpora.text import length_filter, process_file, romanian
+from scripts.lab.corpora.sources import test_set, training_files
+from scripts.lab.corpora.subwords import learn_bpe
+from scripts.lab.corpora.text import length_filter, process_file, romanian
 
 
 def build_parser(spec, description):
