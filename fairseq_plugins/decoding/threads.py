@@ -7,7 +7,7 @@ on one thread, 192.9 s on torch's default of two (README, "Threads").  So a CPU 
 thread unless the user says otherwise: ``--cpu-threads N``, or ``OMP_NUM_THREADS`` set in the
 environment (torch reads it; the plugin then leaves it alone).
 Several decodes side by side (``scripts/benchmark.py --jobs``) are the way to use more cores.
-In-process, :class:`~fairseq_plugins.evaluation.generation.Generation` keeps the caller's threads
+In-process, :class:`~scripts.lab.evaluation.generation.Generation` keeps the caller's threads
 (the benchmark's, the profiler's and distillation's ``--threads``).
 """
 import os
