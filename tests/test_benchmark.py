@@ -925,7 +925,7 @@ def test_a_second_run_into_one_out_is_refused_and_a_signal_stops_every_worker(tw
         assert second.returncode != 0 and f"another run (pid {first.pid}) is writing into" in second.stderr, second.stderr
         assert "Traceback" not in second.stderr
         first.send_signal(getattr(signal, sig))
-        first.wait(timeout=120)
+        first.wait(timeout=600)  # a bound against a hang, not a speed: a loaded 2-core CI machine is slow to unwind
         for _ in range(600):
             if not any(_alive(p) for p in workers):
                 break
