@@ -225,23 +225,13 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     sentences = prose_sentences(stdlib_texts(args.stdlib), args.min_words, args.max_words)
     splits = build_pairs(sentences, args)
-    for name, rows in splits.items():
-        for i, lang in enumerate(LANGS):
-            write_lines(out / f"{name}.{lang}", [r[i] for r in rows])
+    bmc.write_raw_splits(out, splits, LANGS)
     digest = corpus_sha256(out)
     write_lines(out / "corpus.sha256", [f"{digest}  python {sys.version_info.major}.{sys.version_info.minor}"])
     changed = sum(1 for s, t in splits["test"] if s != t)
     print(f"[gec] {len(sentences)} sentences -> train {len(splits['train'])} pairs, valid {len(splits['valid'])}, "
           f"test {len(splits['test'])} ({changed} with errors); sha256 {digest}", flush=True)
-    size = bmc.train_sentencepiece(out, splits, LANGS, args.vocab_size)
-    print(f"[gec] sentencepiece joint vocabulary {size}: {out / 'spm.model'}", flush=True)
-    with open(out / "subword", "w") as f:
-        f.write("sentencepiece\n")
-    if not args.no_binarize:
-        bmc.binarize(out, LANGS, args.workers)
-        print(f"[gec] binarized: {out / 'bin'}", flush=True)
-    return {k: len(v) for k, v in splits.items()}
-
+    return bmc.segment_and_binarize(out, splits, LANGS, args.vocab_size, args.workers, not args.no_binarize, "gec")
 
 if __name__ == "__main__":
     main()

@@ -191,6 +191,27 @@ def _moses_split(text):
     return " ".join(re.findall(r"\w+|[^\w\s]", text, re.UNICODE))
 
 
+def write_raw_splits(out, splits, langs):
+    """``out/<split>.<lang>``: each split's pairs as line-aligned text, one file per side."""
+    for name, rows in splits.items():
+        for i, lang in enumerate(langs):
+            write_lines(out / f"{name}.{lang}", [r[i] for r in rows])
+
+
+def segment_and_binarize(out, splits, langs, vocab_size, workers, binarized=True, tag="prep"):
+    """A joint sentencepiece model on the training pairs, every split in pieces, and (``binarized``)
+    ``fairseq-preprocess`` into ``out/bin``: what a copy-like corpus builder does after its raw splits.
+    Returns each split's size."""
+    size = train_sentencepiece(out, splits, langs, vocab_size)
+    print(f"[{tag}] sentencepiece joint vocabulary {size}: {out / 'spm.model'}", flush=True)
+    with open(out / "subword", "w") as f:
+        f.write("sentencepiece\n")
+    if binarized:
+        binarize(out, langs, workers)
+        print(f"[{tag}] binarized: {out / 'bin'}", flush=True)
+    return {k: len(v) for k, v in splits.items()}
+
+
 def binarize(out, langs, workers):
     """fairseq-preprocess of the three splits' subwords into ``out/bin`` with one joined dictionary."""
     prefixes = {split: out / f"{split}.sub" for split in ("train", "valid", "test")}

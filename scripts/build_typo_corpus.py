@@ -23,7 +23,6 @@ import hashlib
 import random
 from pathlib import Path
 
-from scripts.lab.corpora.files import write_lines
 from scripts import build_message_corpus as bmc
 
 LANGS = ("typo", "en")
@@ -103,21 +102,11 @@ def main(argv=None):
     pairs = [(corrupt(s, args.typo_rate, args.drop_rate, args.seed), s) for s in sentences]
     pairs = sorted({p for p in pairs})
     splits = bmc.split(pairs, args.test_size, args.valid_size)
-    for name, rows in splits.items():
-        for i, lang in enumerate(LANGS):
-            write_lines(out / f"{name}.{lang}", [r[i] for r in rows])
+    bmc.write_raw_splits(out, splits, LANGS)
     changed = sum(1 for s, t in pairs if s != t)
     print(f"[typo] {len(pairs)} pairs ({changed} corrupted) -> train {len(splits['train'])}, valid "
           f"{len(splits['valid'])}, test {len(splits['test'])}", flush=True)
-    size = bmc.train_sentencepiece(out, splits, LANGS, args.vocab_size)
-    print(f"[typo] sentencepiece joint vocabulary {size}: {out / 'spm.model'}", flush=True)
-    with open(out / "subword", "w") as f:
-        f.write("sentencepiece\n")
-    if not args.no_binarize:
-        bmc.binarize(out, LANGS, args.workers)
-        print(f"[typo] binarized: {out / 'bin'}", flush=True)
-    return {k: len(v) for k, v in splits.items()}
-
+    return bmc.segment_and_binarize(out, splits, LANGS, args.vocab_size, args.workers, not args.no_binarize, "typo")
 
 if __name__ == "__main__":
     main()
