@@ -4,13 +4,12 @@ then be a task option with its own option (as fairseq's parser prints them), a c
 generic test (``_all_generators``), a candidate of ``--drafter auto``, and lossless: fairseq's
 greedy output token for token, through the engine and through ``fairseq-generate`` itself."""
 import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import PLUGIN_DIR, REPO, fairseq_cli
+from _plugin_copy import architecture_template, plugin_with_module
+from conftest import REPO, fairseq_cli
 
 TESTS = Path(__file__).resolve().parent
 
@@ -48,21 +47,9 @@ print("OK")
 '''
 
 
-def template_code():
-    doc = (REPO / "docs" / "ARCHITECTURE.md").read_text()
-    section = doc[doc.index("## Adding a drafter"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
 def plugin_with_template(root):
-    plugin = root / "fairseq_plugins"
-    shutil.copytree(PLUGIN_DIR, plugin, ignore=shutil.ignore_patterns("__pycache__"))
-    drafters = plugin / "decoding" / "drafters"
-    (drafters / "source_lookup.py").write_text(template_code())
-    init = drafters / "__init__.py"
-    line = next(x for x in init.read_text().splitlines() if x.startswith("from fairseq_plugins.decoding.drafters import"))
-    init.write_text(init.read_text().replace(line, line.replace(" shallow", " shallow, source_lookup")))
-    return plugin
+    return plugin_with_module(root, "decoding/drafters", "source_lookup.py", architecture_template("## Adding a drafter"),
+                              "from fairseq_plugins.decoding.drafters import", " shallow", " shallow, source_lookup")
 
 
 def test_the_template_drafter_is_an_option_a_generic_case_an_auto_candidate_and_lossless(tmp_path, tiny_corpus,

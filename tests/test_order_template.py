@@ -3,12 +3,11 @@ import in ``orders/__init__.py`` (in a copy of the plugin), nothing else.  It mu
 ``--target-order`` choice, round-trip through reorder / restore, and train through fairseq-train
 and decode through fairseq-generate with the multi-token beam search."""
 import os
-import re
-import shutil
 import subprocess
 import sys
 
-from conftest import PLUGIN_DIR, REPO, fairseq_cli
+from _plugin_copy import architecture_template, plugin_with_module
+from conftest import fairseq_cli
 
 CHECK = r'''
 import sys
@@ -33,21 +32,9 @@ print("OK")
 '''
 
 
-def template_code():
-    doc = (REPO / "docs" / "ARCHITECTURE.md").read_text()
-    section = doc[doc.index("## Adding a generation order"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
 def plugin_with_template(root):
-    plugin = root / "fairseq_plugins"
-    shutil.copytree(PLUGIN_DIR, plugin, ignore=shutil.ignore_patterns("__pycache__"))
-    orders = plugin / "orders"
-    (orders / "even_odd.py").write_text(template_code())
-    init = orders / "__init__.py"
-    line = next(x for x in init.read_text().splitlines() if x.startswith("from fairseq_plugins.orders import l2r"))
-    init.write_text(init.read_text().replace(line, line.replace("multi_segment", "multi_segment, even_odd")))
-    return plugin
+    return plugin_with_module(root, "orders", "even_odd.py", architecture_template("## Adding a generation order"),
+                              "from fairseq_plugins.orders import l2r", "multi_segment", "multi_segment, even_odd")
 
 
 def test_the_template_order_is_a_choice_round_trips_trains_and_decodes(tmp_path, tiny_corpus):
