@@ -135,7 +135,7 @@ class LeanBeamSearch:
         if not (hasattr(model, "encoder") and hasattr(model, "decoder")):
             raise UnsupportedDecoderError(f"a model without an encoder and a decoder ({type(model).__name__})")
         self.parts = ModelParts(model)  # raises UnsupportedDecoderError for a decoder the lean step cannot run
-        self.model = model
+        self.model, self.tgt_dict = model, tgt_dict
         self.eos, self.pad, self.vocab_size = tgt_dict.eos(), tgt_dict.pad(), len(tgt_dict)
         self.options = options = options if options is not None else GenerationOptions()
         self.search = search if search is not None else build_search(options, self.vocab_size)
