@@ -128,18 +128,19 @@ class FinalizedHypotheses:
 
 class LeanBeamSearch:
     """fairseq-generate compatible: ``generate(models, sample)`` as ``SequenceGenerator.generate``;
-    built from the run's ``options`` and a ``search`` strategy (fairseq's ``search_strategy``; by
-    default ``search.build_search``'s beam search of ``options.beam``, capped at the vocabulary - 1)."""
+    built from the run's ``options`` and a ``search_strategy`` (as fairseq's; by default
+    ``search.build_search``'s beam search of ``options.beam``, capped at the vocabulary - 1)."""
 
-    def __init__(self, model, tgt_dict, options: Optional[GenerationOptions] = None, search: Optional[Search] = None):
+    def __init__(self, model, tgt_dict, options: Optional[GenerationOptions] = None,
+                 search_strategy: Optional[Search] = None):
         if not (hasattr(model, "encoder") and hasattr(model, "decoder")):
             raise UnsupportedDecoderError(f"a model without an encoder and a decoder ({type(model).__name__})")
         self.parts = ModelParts(model)  # raises UnsupportedDecoderError for a decoder the lean step cannot run
         self.model, self.tgt_dict = model, tgt_dict
         self.eos, self.pad, self.vocab_size = tgt_dict.eos(), tgt_dict.pad(), len(tgt_dict)
         self.options = options = options if options is not None else GenerationOptions()
-        self.search = search if search is not None else build_search(options, self.vocab_size)
-        self.beam_size = self.search.beam_size
+        self.strategy = search_strategy if search_strategy is not None else build_search(options, self.vocab_size)
+        self.beam_size = self.strategy.beam_size
         self.processors = logits_processors(options, tgt_dict)
         self.reset_stats()
 
@@ -163,8 +164,8 @@ class LeanBeamSearch:
         slots = torch.arange(max_len + 2, device=device)  # the steps: the decoder's slots, the processors' steps
         for step in range(max_len + 1):  # one extra step for EOS
             lprobs = self._log_probs(cache, state, slots, step, max_len)
-            cand = self.search.step(step, lprobs.view(state.n, B, -1),
-                                    state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
+            cand = self.strategy.step(step, lprobs.view(state.n, B, -1),
+                                      state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
             eos = cand.tokens.eq(self.eos) & cand.scores.ne(-math.inf)  # fairseq's eos_mask, over all 2*beam candidates
             ending, count, done = finals.mark(state, cand, eos, last=step == max_len)
             done_flags, wrote, any_eos = read_step(done, ending, eos)  # the one host read of the step
