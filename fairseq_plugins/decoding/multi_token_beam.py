@@ -190,9 +190,9 @@ class FinishedHypotheses:
         top = slice(0, self.B)
         return finalising_slots(self.count, finished[:, top] & torch.isfinite(cand.scores[:, top]), self.B)
 
-    def add(self, beam: LiveBeam, cand: Candidates, write: Tensor, slot: Tensor, final_score: Tensor, step: int):
-        """Finalize the ``mark``ed candidates (``final_score``: length-penalised); only the slots
-        generated so far are written (the rest of a slot is never read)."""
+    def add(self, beam: LiveBeam, cand: Candidates, write: Tensor, slot: Tensor, scores: Tensor, step: int):
+        """Finalize the ``mark``ed candidates (``scores``: their final, length-penalised scores); only
+        the slots generated so far are written (the rest of a slot is never read)."""
         B, z, n = self.B, beam.z, beam.sentences
         target = slot_rows(beam.sent, write, slot, B)
         rows = beam.rows(cand.beams[:, :B])
@@ -202,7 +202,7 @@ class FinishedHypotheses:
             [prev_tok.index_select(0, rows), cand.tokens[:, :B].reshape(n * B, z)], 1))
         self.lp[:, :width].index_copy_(0, target, torch.cat(
             [prev_lp.index_select(0, rows), cand.lprobs[:, :B].reshape(n * B, z)], 1))
-        self.score.index_copy_(0, target, final_score.reshape(-1))
+        self.score.index_copy_(0, target, scores.reshape(-1))
         self.slots.index_fill_(0, target, width)
 
     def hypotheses(self, order, eos):
