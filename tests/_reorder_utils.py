@@ -5,6 +5,9 @@ from fairseq import options, tasks
 from fairseq.data import Dictionary
 
 from conftest import PLUGIN_DIR
+from fairseq_plugins.decoding.multi_token_beam import MultiTokenBeamSearch
+from fairseq_plugins.decoding.options import GenerationOptions
+from fairseq_plugins.decoding.search import build_search
 
 ORDER_CASES = [  # (name, h, c, extra flags): every order of docs/METHODS.md §1 and the Table 2 ablations
     ("l2r", 1, 2, []), ("r2l", 1, 1, []), ("r2l", 1, 2, []), ("head_tail", 2, 1, []),
@@ -12,6 +15,13 @@ ORDER_CASES = [  # (name, h, c, extra flags): every order of docs/METHODS.md §1
     ("interleave", 2, 1, ["--vanilla-mask"]), ("interleave", 2, 1, ["--vanilla-positions"]),
     ("interleave", 2, 1, ["--middle-to-side"]), ("interleave", 2, 1, ["--independent-directions"]),
 ]
+
+
+def multi_token(order, tgt_dict, double_topk=False, **options) -> MultiTokenBeamSearch:
+    """The multi-token beam search of ``order`` with ``GenerationOptions(**options)`` and the search
+    strategy ``--double-topk`` (or not) picks, as ``build_multi_token_generator`` builds it."""
+    options = GenerationOptions(**options)
+    return MultiTokenBeamSearch(order, tgt_dict, options, build_search(options, len(tgt_dict), order, double_topk))
 
 
 def write_dict(folder, size=40):

@@ -37,11 +37,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _reorder_utils import build as build_reordered
-from _reorder_utils import plain_transformer
+from _reorder_utils import multi_token, plain_transformer
 from fairseq_plugins.decoding.acceptance import Exact, MinBlock, TopK
 from fairseq_plugins.decoding.drafters.base import Draft, Drafter
 from fairseq_plugins.decoding.engine import DraftVerifyGenerator
-from fairseq_plugins.decoding.multi_token_beam import MultiTokenBeamSearch
+from fairseq_plugins.decoding.options import GenerationOptions
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "8"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="FUZZ_EXAMPLES" not in os.environ, database=None,
@@ -217,8 +217,8 @@ def test_engine_equals_a_plain_reference_greedy(models, weights, batch, max_len,
     modes = data.draw(st.lists(st.sampled_from(MODES), min_size=bsz, max_size=bsz), label="modes")
     widths = data.draw(st.lists(st.integers(0, 6), min_size=bsz, max_size=bsz), label="widths")
     drafter = Adversary(modes, widths, oracle, weights[0], scored_pad, len(d))
-    gen = DraftVerifyGenerator([model], d, drafter, RULES[rule](), max_len_b=max_len, min_len=min_len,
-                               adaptive_block_size=adaptive)
+    gen = DraftVerifyGenerator([model], d, drafter, RULES[rule](), options=GenerationOptions(max_len_b=max_len,
+                               min_len=min_len), adaptive_block_size=adaptive)
     gen.lazy_verify = {"lazy": True, "all_columns": False, "no_host_reads": False}[path]
     gen.host_reads = False if path == "no_host_reads" else None
     with torch.no_grad():
@@ -277,7 +277,7 @@ def test_multi_token_beam_equals_a_plain_reference_beam_for_l2r(models, weights,
     redraw(model, *weights)
     sample = sources(*batch, d.pad(), d.eos())
     min_len = min(min_len, max_len)
-    gen = MultiTokenBeamSearch(model.generation_order, d, beam_size=beam, max_len_b=max_len, min_len=min_len)
+    gen = multi_token(model.generation_order, d, beam=beam, max_len_b=max_len, min_len=min_len)
     with torch.no_grad():
         got = gen.generate([model], sample)
     net = sample["net_input"]

@@ -8,10 +8,11 @@ import torch
 from fairseq.data import Dictionary
 from torch.overrides import TorchFunctionMode
 
-from _reorder_utils import build
+from _reorder_utils import build, multi_token
 from conftest import PLUGIN_DIR, fairseq_cli, run
-from fairseq_plugins.decoding.beam_candidates import DoubleTopK
-from fairseq_plugins.decoding.multi_token_beam import FinishedHypotheses, ModelParts, ModelStepper, MultiTokenBeamSearch
+from fairseq_plugins.decoding.model_parts import ModelParts
+from fairseq_plugins.decoding.multi_token_beam import FinishedHypotheses, ModelStepper
+from fairseq_plugins.decoding.search import DoubleTopK
 from fairseq_plugins.orders import OrderError, get_order
 
 EOS, PAD, V = 2, 1, 8
@@ -75,7 +76,7 @@ def reference_search(order, sentence, B, max_len, lenpen, double_topk, min_len=1
             for slot in range(z):  # --min-len: an end marker in slot t, its group's first, keeps >= step*z + t tokens
                 if step * z + slot < min_len:
                     lp[slot, EOS] = -math.inf
-            if step == max_steps - 1:  # forced end markers, as MultiTokenBeamSearch._constrain
+            if step == max_steps - 1:  # forced end markers, as MultiTokenBeamSearch's GroupSteps
                 room = max_len - step * z
                 for seg in range(S):
                     keep = room // S + (1 if seg < room % S else 0)
@@ -126,7 +127,7 @@ CASES = [("l2r", 1, 1), ("l2r", 1, 2), ("r2l", 1, 2), ("head_tail", 2, 1), ("int
 @pytest.mark.parametrize("beam,min_len", [(1, 1), (3, 1), (3, 5)])
 def test_batched_search_equals_reference(name, h, c, beam, min_len):
     order = get_order(name, h, c)
-    gen = MultiTokenBeamSearch(order, dictionary(), beam_size=beam, lenpen=1.0, min_len=min_len)
+    gen = multi_token(order, dictionary(), beam=beam, len_penalty=1.0, min_len=min_len)
     bsz = 4
     out = gen.search(StubStepper(bsz, beam, order.z), bsz, max_len=9, device=torch.device("cpu"))
     for s in range(bsz):
@@ -140,7 +141,7 @@ def test_batched_search_equals_reference(name, h, c, beam, min_len):
 @pytest.mark.parametrize("name", ["head_tail", "interleave"])
 def test_double_topk_equals_reference(name):
     order = get_order(name)
-    gen = MultiTokenBeamSearch(order, dictionary(), beam_size=2, lenpen=0.6, double_topk=True)
+    gen = multi_token(order, dictionary(), beam=2, len_penalty=0.6, double_topk=True)
     out = gen.search(StubStepper(3, 2, 2), 3, max_len=8, device=torch.device("cpu"))
     for s in range(3):
         assert [(round(float(h["score"]), 4), h["tokens"].tolist()) for h in out[s]] == \
@@ -152,7 +153,7 @@ def test_hand_checked_greedy_and_end_marker_slots():
     a, b, c = 4, 5, 6
     # step 1: (a, b); step 2: (c, EOD) -> generation a b c EOD -> natural a c b
     table = [{0: {a: 0.9}, 1: {b: 0.8}}, {0: {c: 0.7}, 1: {EOS: 0.6}}]
-    out = MultiTokenBeamSearch(order, d, beam_size=1, lenpen=0.0).search(
+    out = multi_token(order, d, beam=1, len_penalty=0.0).search(
         FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))
     hyp = out[0][0]
     assert hyp["tokens"].tolist() == [a, c, b, EOS]
@@ -160,7 +161,7 @@ def test_hand_checked_greedy_and_end_marker_slots():
     assert math.isclose(float(hyp["positional_scores"].sum()), float(hyp["score"]), rel_tol=1e-5)
     # EOD in the left slot: the right token of that group is dropped
     table = [{0: {a: 0.9}, 1: {b: 0.8}}, {0: {EOS: 0.7}, 1: {c: 0.6}}]
-    out = MultiTokenBeamSearch(order, d, beam_size=1).search(
+    out = multi_token(order, d, beam=1).search(
         FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))
     assert out[0][0]["tokens"].tolist() == [a, b, EOS]
 
@@ -175,7 +176,7 @@ def test_min_len_allows_eos_from_the_absolute_step_min_len_whatever_its_slot_in_
     order, d = get_order(name, h, c), dictionary()
     table = [{slot: {EOS: 0.9, 4: 0.1} for slot in range(order.z)}]
     for min_len in range(1, 8):
-        hyp = MultiTokenBeamSearch(order, d, beam_size=1, min_len=min_len).search(
+        hyp = multi_token(order, d, beam=1, min_len=min_len).search(
             FixedStepper(1, 1, order.z, table), 1, max_len=12, device=torch.device("cpu"))[0][0]
         assert len(hyp["tokens"]) - 1 == min_len, (min_len, hyp["generation_tokens"].tolist())
 
@@ -185,7 +186,7 @@ def test_unk_penalty_as_fairseq():
     order, d = get_order("interleave"), dictionary()
     a, b = 4, 5
     table = [{0: {d.unk(): 0.6, a: 0.4}, 1: {b: 0.9}}, {0: {EOS: 0.9}, 1: {EOS: 0.9}}]
-    plain, penalised = (MultiTokenBeamSearch(order, d, beam_size=1, unk_penalty=pen).search(
+    plain, penalised = (multi_token(order, d, beam=1, unk_penalty=pen).search(
         FixedStepper(1, 1, 2, table), 1, max_len=20, device=torch.device("cpu"))[0][0] for pen in (0.0, 1.0))
     assert plain["tokens"].tolist() == [d.unk(), b, EOS] and penalised["tokens"].tolist() == [a, b, EOS]
     assert math.isclose(float(penalised["positional_scores"][0]), math.log(0.4), rel_tol=1e-5)
@@ -209,8 +210,8 @@ def test_beam_beats_greedy_on_a_known_case():
                     lp[r, :, EOS] = 0.0
             return lp
 
-    greedy = MultiTokenBeamSearch(order, d, beam_size=1, lenpen=0.0).search(Branching(1, 1, 2), 1, 10, "cpu")
-    beam = MultiTokenBeamSearch(order, d, beam_size=2, lenpen=0.0).search(Branching(1, 2, 2), 1, 10, "cpu")
+    greedy = multi_token(order, d, beam=1, len_penalty=0.0).search(Branching(1, 1, 2), 1, 10, "cpu")
+    beam = multi_token(order, d, beam=2, len_penalty=0.0).search(Branching(1, 2, 2), 1, 10, "cpu")
     assert greedy[0][0]["tokens"].tolist()[0] == a
     assert float(greedy[0][0]["score"]) < math.log(0.45)
     assert beam[0][0]["tokens"].tolist() == [b, c, EOS]
@@ -223,8 +224,8 @@ def test_real_model_scores_and_batching(tmp_path, name, h, c):
     """On a random tiny model: the reported score is the teacher-forced score of the generated
     sequence (cache reordering is right), and a mixed-length batch decodes as sentences alone."""
     task, model, _ = build(tmp_path, name, h, c)
-    gen = MultiTokenBeamSearch(model.generation_order, task.target_dictionary, beam_size=3, max_len_b=12,
-                               double_topk=(c == 1 and h == 2))
+    gen = multi_token(model.generation_order, task.target_dictionary, beam=3, max_len_b=12,
+                      double_topk=(c == 1 and h == 2))
     torch.manual_seed(3)
     pad = task.source_dictionary.pad()
     lengths = [7, 4, 6]
@@ -302,13 +303,13 @@ def _materialised_double_topk(scores, lprobs):
 def test_double_topk_without_the_pair_table_equals_the_materialised_one(W, V):
     """Same candidates (scores, beams, tokens) as ranking all 2W x V pairs, including vocabularies
     smaller than 3W and -inf log-probs (PAD, forbidden end markers)."""
-    gen = MultiTokenBeamSearch(get_order("head_tail"), dictionary(), beam_size=W, double_topk=True)
+    gen = multi_token(get_order("head_tail"), dictionary(), beam=W, double_topk=True)
     g = torch.Generator().manual_seed(W * 1000 + V)
     for _ in range(5):
         lprobs = torch.log_softmax(3 * torch.randn(6, W, 2, V, generator=g), dim=-1)
         lprobs[..., 1] = -math.inf
         scores = -5 * torch.rand(6, W, generator=g)
-        got_score, got_beam, got_tok, got_lp = gen.candidates.step(scores, lprobs)
+        got_score, got_tok, got_beam, got_lp = gen.strategy.step(0, lprobs, scores)
         want_score, want_beam, want_tok = _materialised_double_topk(scores, lprobs)
         assert torch.equal(got_score, want_score)
         assert torch.equal(got_beam, want_beam) and torch.equal(got_tok, want_tok)
@@ -438,7 +439,7 @@ def test_at_most_one_sync_and_no_copy_per_step(tmp_path, sync_counter, name, h, 
     the batch at different steps."""
     task, model, _ = build(tmp_path, name, h, c, flags)
     order, bsz, beam = model.generation_order, 4, 3
-    gen = MultiTokenBeamSearch(order, task.target_dictionary, beam_size=beam, double_topk=double_topk, min_len=2)
+    gen = multi_token(order, task.target_dictionary, beam=beam, double_topk=double_topk, min_len=2)
     sample = _random_batch(task, [7, 3, 6, 5])
     stepper = EndsBySentence(ModelStepper(ModelParts(model), sample["net_input"], beam, 12 * order.z, order), bsz, beam,
                              task.target_dictionary.eos())
@@ -471,7 +472,7 @@ def test_hypotheses_reach_the_device_in_two_copies_per_batch(tmp_path, monkeypat
     """Building a batch's hypotheses (restored on the host) copies them onto the model's device at
     once: two copies (tokens, scores) whatever the number of hypotheses, not some per hypothesis."""
     task, model, _ = build(tmp_path, "interleave", 2, 1, [])
-    gen = MultiTokenBeamSearch(model.generation_order, task.target_dictionary, beam_size=3, max_len_b=10)
+    gen = multi_token(model.generation_order, task.target_dictionary, beam=3, max_len_b=10)
     sample = _random_batch(task, [7, 3, 6, 5])
     counter, hypotheses = DeviceCopies(), FinishedHypotheses.hypotheses
 
@@ -510,7 +511,7 @@ def test_nan_in_the_vocabulary_is_never_chosen(tmp_path, name, double_topk):
     task, model, _ = build(tmp_path, name)
     order, d = model.generation_order, task.target_dictionary
     sample = _random_batch(task, [7, 3, 6])
-    gen = MultiTokenBeamSearch(order, d, beam_size=3, max_len_b=10, double_topk=double_topk)
+    gen = multi_token(order, d, beam=3, max_len_b=10, double_topk=double_topk)
     favourite = gen.generate([model], sample)[0][0]["generation_tokens"][0].item()
 
     def decode(value):
@@ -534,7 +535,7 @@ def test_no_usable_log_prob_ends_within_the_length_limit(value, double_topk):
     """NaN or -inf everywhere: the loop stops within max_len // z + 1 decoder calls, with no NaN
     score (a sentence without any finite hypothesis gets none, rather than a NaN one)."""
     order = get_order("head_tail")
-    gen = MultiTokenBeamSearch(order, dictionary(), beam_size=3, double_topk=double_topk)
+    gen = multi_token(order, dictionary(), beam=3, double_topk=double_topk)
     stepper = PoisonedStepper(StubStepper(2, 3, 2), None, value)
     out = gen.search(stepper, 2, max_len=9, device=torch.device("cpu"))
     assert len(out) == 2 and gen.stats["model_calls"] <= 9 // 2 + 1
@@ -544,7 +545,7 @@ def test_no_usable_log_prob_ends_within_the_length_limit(value, double_topk):
 def test_double_topk_rule_lives_in_its_constructor():
     """DOUBLETOPK is defined for two directions of one token each; any other order is refused with
     a message that says what to do."""
-    DoubleTopK(get_order("interleave"), 4)
+    DoubleTopK(4, get_order("interleave"))
     for order in (get_order("interleave", 2, 2), get_order("multi_segment", 4), get_order("l2r", 1, 2)):
         with pytest.raises(OrderError, match="drop --double-topk"):
-            MultiTokenBeamSearch(order, dictionary(), double_topk=True)
+            multi_token(order, dictionary(), double_topk=True)

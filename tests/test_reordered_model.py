@@ -7,7 +7,8 @@ from fairseq.modules import SinusoidalPositionalEmbedding
 
 from _reorder_utils import ORDER_CASES, build, parse_train_args
 from fairseq_plugins.data.reordered_dataset import ReorderedLanguagePairDataset
-from fairseq_plugins.decoding.multi_token_beam import ModelParts, ModelStepper
+from fairseq_plugins.decoding.model_parts import ModelParts
+from fairseq_plugins.decoding.multi_token_beam import ModelStepper
 from fairseq_plugins.models.reordered_transformer import signed_sinusoid
 from fairseq_plugins.orders import get_order
 from fairseq_plugins.tasks.fast_translation import FastTranslationOptionError, check_model_matches_task

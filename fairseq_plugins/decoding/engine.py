@@ -49,11 +49,13 @@ from torch import Tensor
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
 from fairseq_plugins.decoding.width_policy import AdaptiveBlock, WidthPolicy, draft_lengths
 from fairseq_plugins.decoding.cache import KVCache
-from fairseq_plugins.decoding.constraints import GreedyConstraints
 from fairseq_plugins.decoding.drafters import Draft, DraftContext, Drafter, NoDraft, StepResult, build_drafter
-from fairseq_plugins.decoding.generation_options import GenerationOptionError, check as check_options
+from fairseq_plugins.decoding.generation_options import GenerationOptionError
+from fairseq_plugins.decoding.hypotheses import from_log_probs
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.iteration_cost import device_clock, host_reads_free
+from fairseq_plugins.decoding.logits_processors import logits_processors
+from fairseq_plugins.decoding.options import GenerationOptions
 from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.scoring import Columns, ColumnScorer, Scored
 from fairseq_plugins.decoding.verifier import Verifier
@@ -140,9 +142,8 @@ class Synced:
 
 
 class DraftVerifyGenerator:
-    def __init__(self, models, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule, *, max_len_a=0.0,
-                 max_len_b=200, min_len=1, unk_penalty=0.0, len_penalty=1.0, normalize_scores=True,
-                 temperature=1.0, max_len=0, adaptive_block_size="auto"):
+    def __init__(self, models, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule, *,
+                 options: Optional[GenerationOptions] = None, adaptive_block_size="auto"):
         if len(models) != 1:
             raise DraftVerifyOptionError(
                 f"--drafter verifies with one model; got an ensemble of {len(models)} (--path a:b). Pass one checkpoint.")
@@ -154,16 +155,9 @@ class DraftVerifyGenerator:
         self.bos = self.eos = tgt_dict.eos()  # fairseq starts the decoder with EOS (SequenceGenerator)
         self.pad, self.unk = tgt_dict.pad(), tgt_dict.unk()
         self.vocab_size = len(tgt_dict)
-        self.max_len_a, self.max_len_b = max_len_a, max_len_b
-        self.min_len = min_len
-        self.unk_penalty, self.len_penalty = unk_penalty, len_penalty
-        self.normalize_scores = normalize_scores
-        if temperature <= 0:
-            raise DraftVerifyOptionError("--temperature must be > 0")
-        self.temperature = temperature
-        self.max_len = max_len or self.model.max_decoder_positions()
-        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=min_len, unk_penalty=unk_penalty)
-        self.scorer = ColumnScorer(self.verifier, self.constraints, temperature, self.vocab_size)
+        self.options = options = options if options is not None else GenerationOptions()  # (--beam: not read)
+        self.processors = logits_processors(options, tgt_dict)
+        self.scorer = ColumnScorer(self.verifier, self.processors, options.temperature, self.vocab_size)
         if adaptive_block_size not in ("auto", "on", "off"):
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
         if not acceptance.needs_verifier:
@@ -196,9 +190,9 @@ class DraftVerifyGenerator:
             raise DraftVerifyOptionError(
                 f"--acceptance all decodes with the drafter alone, but --drafter {drafter.name} drafts from the "
                 "verifier's own predictions; use it with a drafter that has its own model (--drafter nar)")
-        if self.unk_penalty:
+        if self.options.unk_penalty:
             raise DraftVerifyOptionError("--acceptance all (the drafter alone) does not support --unkpen; drop it")
-        if self.temperature != 1.0:
+        if self.options.temperature != 1.0:
             raise DraftVerifyOptionError("--acceptance all (the drafter alone) does not support --temperature")
 
     # ---- stats ----
@@ -235,10 +229,7 @@ class DraftVerifyGenerator:
                 f"a source has {src_len} tokens but the model accepts at most {max_src} (--max-source-positions "
                 "at training); drop such sentences with --skip-invalid-size-inputs-valid-test or shorten them")
         # as SequenceGenerator._generate: src_len is the padded batch width, capped by the model's positions
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
-        if self.min_len > max_len:
-            raise DraftVerifyOptionError(f"--min-len {self.min_len} exceeds the maximum length {max_len}; "
-                                         "lower --min-len or raise --max-len-a/--max-len-b")
+        max_len = self.options.max_len(src_len, self.model.max_decoder_positions())
         if "src_lengths" in net_input:
             src_lengths = net_input["src_lengths"]
         else:
@@ -311,7 +302,7 @@ class DraftVerifyGenerator:
                     Draft.none(n_gen, asked=False), list(range(bsz)), [0] * bsz)
         drafter.begin(DraftContext(src_tokens=src_tokens, src_lengths=src_lengths, max_len=max_len, width=width,
                                    target_length=target_length, bos=self.bos, eos=self.eos, pad=self.pad,
-                                   final=alone, constraints=self.constraints,
+                                   final=alone, constraints=self.processors,
                                    encoder_out=None if alone else self.verifier.encoder_out,
                                    vocab_projection=None if alone else self.verifier.step.vocab_projection,
                                    host_reads=reads))
@@ -567,19 +558,7 @@ class DraftVerifyGenerator:
         tokens = out_row[1 : n + 1].clone()
         if n > max_len:  # stopped at the length limit: EOS last, as fairseq's finalize writes it (with finite
             tokens[-1] = self.eos  # log-probs it was chosen there; with -inf everywhere, even EOS's, it was not)
-        # as SequenceGenerator: cumulative scores, positional = their differences, normalised by length
-        cum = lp_row[:n].cumsum(dim=0)
-        pos = cum.clone()
-        pos[1:] = cum[1:] - cum[:-1]
-        score = cum[-1].clone()
-        if self.normalize_scores:
-            score = score / (n ** self.len_penalty)
-        return {"tokens": tokens, "score": score, "attention": None, "alignment": None, "positional_scores": pos}
-
-
-def _generation_option(args, name, default):
-    value = getattr(args, name, default)
-    return default if value is None else value
+        return from_log_probs(tokens, lp_row[:n], self.options)  # as SequenceGenerator
 
 
 def build_draft_verify_generator(task, models, args, fairseq_generator=None):
@@ -587,7 +566,8 @@ def build_draft_verify_generator(task, models, args, fairseq_generator=None):
     drafter/rule; the generation options as ``generation_options`` says (refused with a message, or
     ``fairseq_generator()`` with a log line where the engine falls back)."""
     cfg = task.cfg
-    reason = check_options("engine", args, DraftVerifyOptionError)
+    options = GenerationOptions.from_args(args, "engine", DraftVerifyOptionError)
+    reason = options.fallback
     if reason is not None:
         if fairseq_generator is None:
             raise DraftVerifyOptionError(f"--drafter does not support {reason}; drop one of them")
@@ -596,12 +576,5 @@ def build_draft_verify_generator(task, models, args, fairseq_generator=None):
         return fairseq_generator()
     drafter = build_drafter(cfg, task, models)
     acceptance = build_acceptance(cfg)
-    return DraftVerifyGenerator(
-        models, task.target_dictionary, drafter, acceptance,
-        max_len_a=_generation_option(args, "max_len_a", 0.0), max_len_b=_generation_option(args, "max_len_b", 200),
-        min_len=_generation_option(args, "min_len", 1), unk_penalty=_generation_option(args, "unkpen", 0.0),
-        len_penalty=_generation_option(args, "lenpen", 1.0),
-        normalize_scores=not _generation_option(args, "unnormalized", False),
-        temperature=_generation_option(args, "temperature", 1.0),
-        adaptive_block_size=getattr(cfg, "adaptive_block_size", "auto"),
-    )
+    return DraftVerifyGenerator(models, task.target_dictionary, drafter, acceptance, options=options,
+                                adaptive_block_size=getattr(cfg, "adaptive_block_size", "auto"))

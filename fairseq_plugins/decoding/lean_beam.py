@@ -6,15 +6,16 @@ every plain left-to-right model the lean step runs (stock fairseq transformers, 
 The rules, each as fairseq's ``_generate`` applies them, in its order:
 
 * log-probs: the decoder's last position, logits divided by ``--temperature``, log-softmax in fp32;
-  NaN -> -inf, PAD never chosen, ``--unkpen``, only EOS at ``step >= max_len``, no EOS before
-  ``--min-len`` (``constraints.GreedyConstraints``); then ``--no-repeat-ngram-size`` (:class:`NGramBlock`);
-* candidates (:class:`BeamCandidates`, fairseq's ``BeamSearch.step``): the top ``2*beam`` of
-  ``beam*vocab`` running scores (step 0: the first beam only), ties in ``torch.topk``'s order;
+  then the run's logits processors (``logits_processors``): NaN -> -inf, PAD never chosen,
+  ``--unkpen``, only EOS at ``step >= max_len``, no EOS before ``--min-len``, ``--no-repeat-ngram-size``;
+* candidates: the search strategy handed in (``search.BeamSearch``, fairseq's ``BeamSearch.step``):
+  the top ``2*beam`` of ``beam*vocab`` running scores (step 0: the first beam only), ties in
+  ``torch.topk``'s order;
 * finalisation: an EOS candidate with a finite score is finalised only when it ranks within the top
   ``beam`` candidates, while its sentence has fewer than ``beam`` finalised hypotheses; its score is
   divided by ``(step + 1) ** --lenpen`` (not with ``--unnormalized``); positional scores are the
-  differences of the running scores; a sentence is done with ``beam`` finalised hypotheses or at
-  ``max_len = min(max_len_a * src_len + max_len_b, max_positions - 1)``, and leaves the batch;
+  differences of the running scores (``hypotheses``); a sentence is done with ``beam`` finalised
+  hypotheses or at fairseq's ``max_len`` (``GenerationOptions.max_len``), and leaves the batch;
 * survivors: the first ``beam`` candidates that are not finalising EOS continue;
 * output: a sentence's finalised hypotheses sorted by score (``torch.sort``, descending, in the
   order they were finalised), as fairseq sorts them.
@@ -26,12 +27,8 @@ the masks are written in place; the finalised hypotheses live on the device (one
 and a trash slot for masked writes); and a step reads the host once, for which sentences are done,
 whether any hypothesis finalises (else the finalisation is skipped) and whether any candidate is EOS
 (else the first ``beam`` candidates continue, without fairseq's top-k over the candidate ranks)
-(``beam_rows``: shared with the multi-token beam search).
-
-``--no-repeat-ngram-size``: fairseq's CPU fallback of its n-gram blocker (``NGramRepeatBlock._no_repeat_ngram``)
-is handed the whole token buffer, whose last n-1 columns are padding, so without fairseq's CUDA
-extension (not in the pip wheel) it bans nothing.  :class:`NGramBlock` bans what the CUDA kernel and
-the option's help say: a token that would repeat an n-gram of the hypothesis (start symbol included).
+(``beam_rows``: shared with the multi-token beam search; the encoder pass, the lean step and the
+cache: ``model_parts``).
 """
 import logging
 import math
@@ -41,55 +38,17 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from fairseq_plugins.decoding.beam_rows import (INITIAL_CACHE_COLUMNS, finalising_slots, live_sentences, read_step,
-                                                 reorder_prefix, slot_rows)
-from fairseq_plugins.decoding.constraints import GreedyConstraints
-from fairseq_plugins.decoding.generation_options import check as check_options
+from fairseq_plugins.decoding.beam_rows import finalising_slots, live_sentences, read_step, reorder_prefix, slot_rows
+from fairseq_plugins.decoding.hypotheses import differences_, final_score, hypothesis
 from fairseq_plugins.decoding.inference import inference_generate
-from fairseq_plugins.decoding.multi_token_beam import ModelParts
+from fairseq_plugins.decoding.logits_processors import Steps, logits_processors
+from fairseq_plugins.decoding.model_parts import ModelParts
+from fairseq_plugins.decoding.options import GenerationOptions
+from fairseq_plugins.decoding.search import Candidates, Search, build_search
 from fairseq_plugins.decoding.step import DecoderStep, UnsupportedDecoderError
 from fairseq_plugins.errors import OptionError
 
 logger = logging.getLogger(__name__)
-
-
-# ---- strategies (as fairseq's search.py) ----
-
-class BeamCandidates:
-    """fairseq's ``search.BeamSearch.step``: ``step(step, lprobs (n, B, V), scores (n, B) or None)``
-    -> ``(cand_scores, cand_indices, cand_beams)`` ``(n, K)``, K = min(2B, columns - 1)."""
-
-    def __init__(self, beam_size: int, candidate_multiple: int = 2):
-        self.beam_size, self.candidate_multiple = beam_size, candidate_multiple
-
-    def step(self, step: int, lprobs: Tensor, scores: Optional[Tensor]):
-        n, B, V = lprobs.shape
-        if step == 0:  # every hypothesis is the start symbol: only the first beam's candidates
-            lprobs = lprobs[:, ::B, :].contiguous()
-        else:
-            lprobs = lprobs + scores.unsqueeze(-1)
-        flat = lprobs.view(n, -1)
-        cand_scores, indices = torch.topk(flat, k=min(self.candidate_multiple * B, flat.size(1) - 1))
-        return cand_scores, indices.fmod(V), torch.div(indices, V, rounding_mode="trunc")
-
-
-class NGramBlock:
-    """``--no-repeat-ngram-size n``: -inf for every token that would complete an n-gram already in the
-    hypothesis (its tokens[0..step], start symbol included: fairseq's CUDA kernel), in place, on the device."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __call__(self, lprobs: Tensor, tokens: Tensor, step: int) -> Tensor:
-        n = self.n
-        if step + 2 - n <= 0:
-            return lprobs
-        seq = tokens[:, : step + 1]
-        windows = seq.unfold(1, n, 1)[:, : step + 2 - n]  # (R, W, n): n-grams whose last token is before step + 1
-        hit = windows[..., : n - 1].eq(seq[:, step + 2 - n :].unsqueeze(1)).all(-1)  # (R, W)
-        # amin with +inf leaves a column alone; duplicates of a token reduce deterministically
-        fill = torch.full_like(hit, math.inf, dtype=lprobs.dtype).masked_fill_(hit, -math.inf)
-        return lprobs.scatter_reduce_(1, windows[..., n - 1], fill, reduce="amin")
 
 
 # ---- the loop's state ----
@@ -119,7 +78,7 @@ class FinalizedHypotheses:
         self.length = torch.zeros(bsz * (B + 1), dtype=torch.long, device=device)
         self.count = torch.zeros(bsz, dtype=torch.long, device=device)  # by batch position
 
-    def mark(self, state: BeamState, cand_scores: Tensor, cand_indices: Tensor, eos_mask: Tensor, last: bool):
+    def mark(self, state: BeamState, cand: Candidates, eos_mask: Tensor, last: bool):
         """Which top-``beam`` candidates finalise (``ending``: the finite EOS ones, fairseq's
         ``eos_mask[:, :beam]``) and which sentences are then done (``beam`` finalised, fairseq's cap).
         At the ``last`` step a sentence with no finalised hypothesis (-inf everywhere: NaN log-probs)
@@ -129,13 +88,13 @@ class FinalizedHypotheses:
         count = self.count.index_select(0, state.sent)
         ending = eos_mask[:, :B]
         if last:
-            ending = cand_indices[:, :B].eq(self.eos) & (cand_scores[:, :B].ne(-math.inf) | count.eq(0).unsqueeze(1))
+            ending = cand.tokens[:, :B].eq(self.eos) & (cand.scores[:, :B].ne(-math.inf) | count.eq(0).unsqueeze(1))
         return ending, count, (count + ending.sum(1)).ge(B)  # a live sentence has fewer than B: one slot at least
 
-    def write(self, state: BeamState, cand, ending: Tensor, count: Tensor, step: int, norm: Optional[float]):
+    def write(self, state: BeamState, cand: Candidates, ending: Tensor, count: Tensor, step: int, options):
         """fairseq's ``finalize_hypos`` for the marked candidates: tokens with EOS last, positional
-        scores, the (length-normalised) score."""
-        cand_scores, _, cand_beams = cand
+        scores, the (length-normalised) score (``hypotheses``)."""
+        cand_scores, cand_beams = cand.scores, cand.beams
         B = self.B
         write, slot, new_count = finalising_slots(count, ending, B)
         rows = (cand_beams[:, :B] + state.offsets).view(-1)
@@ -145,10 +104,9 @@ class FinalizedHypotheses:
         tokens[:, step] = self.eos
         pos = state.scores.index_select(0, rows)[:, : step + 1]
         pos[:, step] = eos_scores
-        pos[:, 1:] = pos[:, 1:] - pos[:, :-1]
         self.tokens[:, : step + 1].index_copy_(0, target, tokens)
-        self.pos[:, : step + 1].index_copy_(0, target, pos)
-        self.score.index_copy_(0, target, eos_scores / norm if norm is not None else eos_scores)
+        self.pos[:, : step + 1].index_copy_(0, target, differences_(pos))
+        self.score.index_copy_(0, target, final_score(eos_scores, step + 1, options))
         self.length.index_fill_(0, target, step + 1)
         self.count.index_copy_(0, state.sent, new_count)
 
@@ -161,36 +119,29 @@ class FinalizedHypotheses:
         for s in range(self.bsz):
             first = s * (B + 1)
             order = torch.sort(score[first : first + count[s]], descending=True)[1].tolist()
-            out.append([{"tokens": self.tokens[first + j, : length[first + j]],
-                         "score": self.score[first + j],
-                         "attention": None,
-                         "alignment": None,
-                         "positional_scores": self.pos[first + j, : length[first + j]]} for j in order])
+            out.append([hypothesis(self.tokens[first + j, : length[first + j]], self.score[first + j],
+                                   self.pos[first + j, : length[first + j]]) for j in order])
         return out
 
 
 # ---- the generator ----
 
 class LeanBeamSearch:
-    """fairseq-generate compatible: ``generate(models, sample)`` as ``SequenceGenerator.generate``."""
+    """fairseq-generate compatible: ``generate(models, sample)`` as ``SequenceGenerator.generate``;
+    built from the run's ``options`` and a ``search_strategy`` (as fairseq's; by default
+    ``search.build_search``'s beam search of ``options.beam``, capped at the vocabulary - 1)."""
 
-    def __init__(self, model, tgt_dict, beam_size: int = 5, max_len_a: float = 0.0, max_len_b: int = 200,
-                 min_len: int = 1, normalize_scores: bool = True, len_penalty: float = 1.0,
-                 unk_penalty: float = 0.0, temperature: float = 1.0, no_repeat_ngram_size: int = 0):
+    def __init__(self, model, tgt_dict, options: Optional[GenerationOptions] = None,
+                 search_strategy: Optional[Search] = None):
         if not (hasattr(model, "encoder") and hasattr(model, "decoder")):
             raise UnsupportedDecoderError(f"a model without an encoder and a decoder ({type(model).__name__})")
         self.parts = ModelParts(model)  # raises UnsupportedDecoderError for a decoder the lean step cannot run
-        self.model = model
+        self.model, self.tgt_dict = model, tgt_dict
         self.eos, self.pad, self.vocab_size = tgt_dict.eos(), tgt_dict.pad(), len(tgt_dict)
-        self.beam_size = min(int(beam_size), self.vocab_size - 1)  # as fairseq's SequenceGenerator
-        self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, int(min_len)
-        self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
-        self.temperature = temperature
-        assert temperature > 0, "--temperature must be greater than 0"
-        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=self.min_len,
-                                                            unk_penalty=float(unk_penalty))
-        self.candidates = BeamCandidates(self.beam_size)
-        self.ngram_block = NGramBlock(no_repeat_ngram_size) if no_repeat_ngram_size > 0 else None
+        self.options = options = options if options is not None else GenerationOptions()
+        self.strategy = search_strategy if search_strategy is not None else build_search(options, self.vocab_size)
+        self.beam_size = self.strategy.beam_size
+        self.processors = logits_processors(options, tgt_dict)
         self.reset_stats()
 
     def reset_stats(self):
@@ -205,23 +156,21 @@ class LeanBeamSearch:
             raise ValueError("the lean beam search was built for one model; build a new generator for these")
         src_tokens = sample["net_input"]["src_tokens"]
         bsz, src_len = src_tokens.shape[:2]
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.model.max_decoder_positions() - 1)
-        assert self.min_len <= max_len, "min_len cannot be larger than max_len, please adjust these!"
-        encoder_out = self.parts.encoder(sample["net_input"])
+        max_len = self.options.max_len(src_len, self.model.max_decoder_positions())
         B, device = self.beam_size, src_tokens.device
-        cache = self.parts.step.begin(encoder_out, min(max_len + 1, INITIAL_CACHE_COLUMNS), group=B)
+        cache = self.parts.begin(sample["net_input"], max_len + 1, group=B)
         state = self._start(bsz, max_len, device, self.eos if bos_token is None else bos_token)
         finals = FinalizedHypotheses(bsz, B, max_len, self.eos, self.pad, device)
-        slots = torch.arange(max_len + 2, device=device)  # the steps: the decoder's slots, the constraints' steps
+        slots = torch.arange(max_len + 2, device=device)  # the steps: the decoder's slots, the processors' steps
         for step in range(max_len + 1):  # one extra step for EOS
             lprobs = self._log_probs(cache, state, slots, step, max_len)
-            cand = self.candidates.step(step, lprobs.view(state.n, B, -1),
-                                        state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
-            eos = cand[1].eq(self.eos) & cand[0].ne(-math.inf)  # fairseq's eos_mask, over all 2*beam candidates
-            ending, count, done = finals.mark(state, cand[0], cand[1], eos, last=step == max_len)
+            cand = self.strategy.step(step, lprobs.view(state.n, B, -1),
+                                      state.scores.view(state.n, B, -1)[:, :, step - 1] if step else None)
+            eos = cand.tokens.eq(self.eos) & cand.scores.ne(-math.inf)  # fairseq's eos_mask, over all 2*beam candidates
+            ending, count, done = finals.mark(state, cand, eos, last=step == max_len)
             done_flags, wrote, any_eos = read_step(done, ending, eos)  # the one host read of the step
             if wrote:
-                finals.write(state, cand, ending, count, step, self._norm(step))
+                finals.write(state, cand, ending, count, step, self.options)
             live = state.n - sum(done_flags)
             if live == 0 or step == max_len:
                 break
@@ -238,27 +187,20 @@ class LeanBeamSearch:
         return BeamState(tokens, scores, sent, sent.unsqueeze(1) * B, bsz, torch.arange(2 * B, device=device))
 
     def _log_probs(self, cache, state: BeamState, slots: Tensor, step: int, max_len: int) -> Tensor:
-        """fairseq's next-token log-probs of every live hypothesis ``(n*B, V)``, constrained."""
+        """fairseq's next-token log-probs of every live hypothesis ``(n*B, V)``, processed."""
         logits, _ = self.parts.step(cache, state.tokens[:, step : step + 1], slots[step : step + 1])
         cache.advance(1)
         self.stats["model_calls"] += 1
         self.stats["steps"] += 1
-        if self.temperature != 1.0:
-            logits = logits.div_(self.temperature)
-        lprobs = DecoderStep.log_probs(logits)[:, 0]
-        self.constraints.apply(lprobs, slots[step], max_len, min_step=step, max_step=step)
-        if self.ngram_block is not None:
-            self.ngram_block(lprobs, state.tokens, step)
-        return lprobs
+        lprobs = DecoderStep.log_probs(logits, self.options.temperature)[:, 0]
+        return self.processors(lprobs, Steps(slots[step], max_len, step, step, tokens=state.tokens))
 
-    def _norm(self, step: int) -> Optional[float]:
-        return (step + 1) ** self.len_penalty if self.normalize_scores else None
-
-    def _advance(self, cache, state: BeamState, cand, eos_mask: Optional[Tensor], done: Tensor, live: int, step: int):
+    def _advance(self, cache, state: BeamState, cand: Candidates, eos_mask: Optional[Tensor], done: Tensor, live: int,
+                 step: int):
         """The first ``beam`` candidates that do not finalise continue (fairseq's ``active_hypos``:
         the first ``beam`` when no candidate is EOS, ``eos_mask`` None); ``done`` sentences leave the
         batch (``live``: how many stay, host); tokens, scores and the cache follow the chosen rows."""
-        cand_scores, cand_indices, cand_beams = cand
+        cand_scores, cand_indices, cand_beams, _ = cand
         cand_rows = cand_beams + state.offsets  # rows in the current numbering
         if live < state.n:
             keep = live_sentences(done, live)
@@ -295,24 +237,18 @@ class LeanBeamSearch:
 
 # ---- the choice: lean, or fairseq's generator with the reason logged ----
 
-def _opt(args, name, default):
-    value = getattr(args, name, default)
-    return default if value is None else value
-
-
-def fallback_reason(models, args, extra_gen_cls_kwargs=None, seq_gen_cls=None, prefix_allowed_tokens_fn=None
-                    ) -> Optional[str]:
-    """Why this run cannot use the lean beam search (None: it can).  Its generation options as
-    ``generation_options`` says (a refused one raises ``GenerationOptionError``), then what is not an
-    option: an ensemble, a language model or a generator class handed in by code."""
-    reason = check_options("lean_beam", args)
-    if reason is not None:
-        return reason
+def fallback_reason(models, options: GenerationOptions, extra_gen_cls_kwargs=None, seq_gen_cls=None,
+                    prefix_allowed_tokens_fn=None, args=None) -> Optional[str]:
+    """Why this run cannot use the lean beam search (None: it can).  Its generation options' fallback
+    (``GenerationOptions.from_args``), then what is not an option: an ensemble, a language model or a
+    generator class handed in by code."""
+    if options.fallback is not None:
+        return options.fallback
     if extra_gen_cls_kwargs and extra_gen_cls_kwargs.get("lm_model") is not None:
         return "--lm-path (language-model fusion)"
     if seq_gen_cls is not None:
         return f"a generator class was asked for ({seq_gen_cls.__name__})"
-    if prefix_allowed_tokens_fn is not None or _opt(args, "prefix_allowed_tokens_fn", None) is not None:
+    if prefix_allowed_tokens_fn is not None or getattr(args, "prefix_allowed_tokens_fn", None) is not None:
         return "prefix_allowed_tokens_fn (prefix-constrained search)"
     if len(models) != 1:
         return f"an ensemble of {len(models)} models"
@@ -326,15 +262,12 @@ def build_beam_generator(task, models, args, fairseq_generator, **fairseq_kwargs
     if getattr(task.cfg, "beam_search", "lean") == "fairseq":
         logger.info("beam search: fairseq's SequenceGenerator (--beam-search fairseq)")
         return fairseq_generator()
-    reason = fallback_reason(models, args, **fairseq_kwargs)
+    options = GenerationOptions.from_args(args, "lean_beam")
+    reason = fallback_reason(models, options, args=args, **fairseq_kwargs)
     if reason is None:
         try:
-            generator = LeanBeamSearch(
-                models[0], task.target_dictionary, beam_size=_opt(args, "beam", 5),
-                max_len_a=_opt(args, "max_len_a", 0), max_len_b=_opt(args, "max_len_b", 200),
-                min_len=_opt(args, "min_len", 1), normalize_scores=not _opt(args, "unnormalized", False),
-                len_penalty=_opt(args, "lenpen", 1), unk_penalty=_opt(args, "unkpen", 0),
-                temperature=_opt(args, "temperature", 1.0), no_repeat_ngram_size=_opt(args, "no_repeat_ngram_size", 0))
+            generator = LeanBeamSearch(models[0], task.target_dictionary, options,
+                                       build_search(options, len(task.target_dictionary)))
         except UnsupportedDecoderError as err:
             reason = str(err)
         else:

@@ -3,12 +3,12 @@
 Each step the decoder scores z = h*c new slots of every hypothesis at once (one incremental call).
 A step reads as named parts:
 
-* Constraints (fairseq's, ``constraints.GreedyConstraints`` through ``_constrain``): NaN log-probs
-  are -inf (as fairseq's ``lprobs[lprobs != lprobs] = -inf``), PAD is never chosen, ``--unkpen``
-  lowers UNK; ``--min-len`` forbids end markers that would leave fewer natural tokens, as fairseq's
-  no-EOS-before-min_len; at the length limit EOS is forced.
-* Candidates (``beam_candidates``): IBDecoder's outer top-k (Alg. 1, lines 6-8) or, with
-  ``--double-topk``, Imamura's DOUBLETOPK; the rule is picked once, when the generator is built.
+* Logits processors (fairseq's, the run's ``logits_processors`` on the slots' :class:`GroupSteps`): NaN
+  log-probs are -inf (as fairseq's ``lprobs[lprobs != lprobs] = -inf``), PAD is never chosen,
+  ``--unkpen`` lowers UNK; ``--min-len`` forbids end markers that would leave fewer natural tokens,
+  as fairseq's no-EOS-before-min_len; at the length limit EOS is forced.
+* Candidates (the search strategy handed in, ``search.build_search``): IBDecoder's outer top-k
+  (Alg. 1, lines 6-8) or, with ``--double-topk``, Imamura's DOUBLETOPK.
 * Stopping rule: a hypothesis ends at the first step whose group holds an end marker (EOS, which
   doubles as EOD); the group's tokens after the end marker (per segment) are dropped.
 * Finishing (Alg. 1 line 10 / Imamura lines 8-11, ``FinishedHypotheses.add``): finished
@@ -17,9 +17,9 @@ A step reads as named parts:
   13-19, ``_survivors``).  A sentence is done with B finalized hypotheses, as fairseq's beam search.
 * Length penalty (fairseq ``--lenpen``): score / len**lenpen with len = natural tokens kept
   after restoring, + 1 for EOS -- the same count fairseq uses for left-to-right hypotheses;
-  ``--unnormalized``: the score itself.  ``--temperature``: the logits divided by it, as fairseq.
-  ``--beam`` is capped at the vocabulary size - 1, as fairseq's; every other generation option
-  is refused with a message (``generation_options``).
+  ``--unnormalized``: the score itself (``hypotheses.final_score``).  ``--temperature``: the logits
+  divided by it, as fairseq.  ``--beam`` is capped at the vocabulary size - 1, as fairseq's; every
+  other generation option is refused with a message (``generation_options``).
 * Output: natural order (``order.restore``) with a final EOS, as fairseq; positional_scores are
   the slots' log-probs in natural order, the final EOS entry holding the log-probs of the dropped
   slots of the last group, so that sum(positional_scores) is the unnormalised score.
@@ -38,42 +38,31 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from fairseq_plugins.decoding.beam_candidates import Candidates, candidate_selection
-from fairseq_plugins.decoding.beam_rows import (INITIAL_CACHE_COLUMNS, finalising_slots, live_sentences, read_step,
-                                                 reorder_prefix, slot_rows)
-from fairseq_plugins.decoding.constraints import GreedyConstraints
-from fairseq_plugins.decoding.encoder import Encoder
-from fairseq_plugins.decoding.generation_options import check as check_options, option
+from fairseq_plugins.decoding.beam_rows import finalising_slots, live_sentences, read_step, reorder_prefix, slot_rows
+from fairseq_plugins.decoding.hypotheses import final_score, hypothesis
 from fairseq_plugins.decoding.inference import inference_generate
+from fairseq_plugins.decoding.logits_processors import logits_processors
+from fairseq_plugins.decoding.model_parts import ModelParts
+from fairseq_plugins.decoding.options import GenerationOptions
+from fairseq_plugins.decoding.search import Candidates, GroupSearch, build_search
 from fairseq_plugins.decoding.step import DecoderStep
 from fairseq_plugins.errors import OptionError
-
-
-class ModelParts:
-    """What a model decodes through, made once per model and kept across batches: its encoder pass
-    and its lean decoder step (their first batch lays out, and on a CPU packs, every weight: ~5 ms
-    for a 3+3-layer d=128 model, more than a whole sentence at batch 1; later batches only check
-    the weights' fingerprints, ``projection.WeightCheck``)."""
-
-    def __init__(self, model):
-        self.model, self.encoder, self.step = model, Encoder(model.encoder, model), DecoderStep(model.decoder, model)
 
 
 class ModelStepper:
     """One reordered model driven through the lean decoder step (``step.DecoderStep``): z new slots
     per call into a preallocated KV cache; the slots of a step see one another (M(h,c), Eq. 4)."""
 
-    def __init__(self, parts: "ModelParts", net_input, beam, capacity, order, temperature: float = 1.0):
+    def __init__(self, parts: ModelParts, net_input, beam, capacity, order, temperature: float = 1.0):
         src_tokens = net_input["src_tokens"]
-        encoder_out = parts.encoder({"src_tokens": src_tokens, "src_lengths": net_input["src_lengths"]})
         self.step_fn = parts.step
         self.order = order
         self.z = order.z
         self.temperature = temperature  # logits divided by it before the log-softmax, as fairseq's --temperature
         # rows = sentence-major beams; the beams of a sentence share its encoder keys/values (one copy);
         # the self-attention buffers start small and double (``KVCache.ensure_capacity``)
-        self.cache = self.step_fn.begin(encoder_out, min(capacity, -(-INITIAL_CACHE_COLUMNS // self.z) * self.z),
-                                        group=beam)
+        self.cache = parts.begin({"src_tokens": src_tokens, "src_lengths": net_input["src_lengths"]}, capacity,
+                                 group=beam, granule=self.z)
         self.device = src_tokens.device
         self._slots = torch.arange(capacity + self.z, device=self.device)  # the positions of every step, once
         self._allowed, self._masked_steps = None, ()
@@ -111,9 +100,7 @@ class ModelStepper:
         slots = self._slots[past:past + self.z]
         logits, _ = self.step_fn(self.cache, tokens, slots, causal=False, attn_mask=self._mask(past))
         self.cache.advance(self.z)
-        if self.temperature != 1.0:
-            logits = logits.div_(self.temperature)
-        return DecoderStep.log_probs(logits)
+        return DecoderStep.log_probs(logits, self.temperature)
 
     def reorder(self, rows, shrink=False):
         if shrink:  # finished sentences left the batch
@@ -201,23 +188,22 @@ class FinishedHypotheses:
         """The finished candidates ranked in the top B that are finalized (a finite score, a free
         slot).  -> (write, slot, new_count), for ``add`` and for which sentences are done."""
         top = slice(0, self.B)
-        return finalising_slots(self.count, finished[:, top] & torch.isfinite(cand.score[:, top]), self.B)
+        return finalising_slots(self.count, finished[:, top] & torch.isfinite(cand.scores[:, top]), self.B)
 
-    def add(self, beam: LiveBeam, cand: Candidates, write: Tensor, slot: Tensor, final_score: Tensor, step: int):
-        """Finalize the ``mark``ed candidates (``final_score``: length-penalised); only the slots
-        generated so far are written (the rest of a slot is never read)."""
+    def add(self, beam: LiveBeam, cand: Candidates, write: Tensor, slot: Tensor, scores: Tensor, step: int):
+        """Finalize the ``mark``ed candidates (``scores``: their final, length-penalised scores); only
+        the slots generated so far are written (the rest of a slot is never read)."""
         B, z, n = self.B, beam.z, beam.sentences
         target = slot_rows(beam.sent, write, slot, B)
-        rows = beam.rows(cand.beam[:, :B])
+        rows = beam.rows(cand.beams[:, :B])
         width = (step + 1) * z
         prev_tok, prev_lp = beam.generation
         self.tokens[:, :width].index_copy_(0, target, torch.cat(
             [prev_tok.index_select(0, rows), cand.tokens[:, :B].reshape(n * B, z)], 1))
         self.lp[:, :width].index_copy_(0, target, torch.cat(
             [prev_lp.index_select(0, rows), cand.lprobs[:, :B].reshape(n * B, z)], 1))
-        self.score.index_copy_(0, target, final_score.reshape(-1))
+        self.score.index_copy_(0, target, scores.reshape(-1))
         self.slots.index_fill_(0, target, width)
-
 
     def hypotheses(self, order, eos):
         """Host side, once per batch: restore natural order and build fairseq's hypothesis dicts.
@@ -248,37 +234,57 @@ class FinishedHypotheses:
         for s in range(bsz):
             hypos = []
             for _ in ranked[s]:
-                hypos.append({
-                    "tokens": ints[2 * k],
-                    "score": floats[2 * k + 1][0],
-                    "positional_scores": floats[2 * k],
-                    "attention": None,
-                    "alignment": None,
-                    "generation_tokens": ints[2 * k + 1],  # raw generation order, for checks/analysis
-                })
+                hypos.append(hypothesis(ints[2 * k], floats[2 * k + 1][0], floats[2 * k],
+                                        generation_tokens=ints[2 * k + 1]))  # raw generation order, for checks
                 k += 1
             out.append(hypos)
         return out
 
 
-class MultiTokenBeamSearch:
-    """fairseq-generate compatible generator for models trained in a generation order."""
+class GroupSteps:
+    """Where the slots of a step's groups stand, for the logits processors (``logits_processors``):
+    ``(n, B, z, V)`` log-probs, slot ``t`` of the group at ``step`` (``slot``: 0..z-1 on the device).
 
-    def __init__(self, order, tgt_dict, beam_size=4, max_len_a=0.0, max_len_b=200, lenpen=1.0,
-                 double_topk=False, max_positions=None, min_len=1, unk_penalty=0.0, normalize_scores=True,
-                 temperature=1.0):
-        if temperature <= 0:
-            raise ValueError("--temperature must be greater than 0")
-        beam_size = min(int(beam_size), len(tgt_dict) - 1)  # as fairseq's SequenceGenerator
-        self.candidates = candidate_selection(order, beam_size, double_topk)
-        self.constraints = GreedyConstraints.for_dictionary(tgt_dict, min_len=int(min_len),
-                                                            unk_penalty=float(unk_penalty))
+    Which slots may not end, and which must, follow the group's layout.  fairseq forbids EOS while
+    the tokens kept are fewer than ``--min-len``; an end marker in slot t of the group keeps at
+    least ``step*z + t`` natural tokens when it is the group's first (the segments before it keep
+    all their w tokens), and a segment before it that ends too is bound by its own slot, so it is
+    forbidden where ``step*z + t`` is below ``--min-len``: the tightest rule a slot can follow alone
+    (exact for one segment; for multi_segment an early end made up by later segments is still
+    forbidden).  At the length limit (last step) at most ``room`` < z tokens may be kept, spread over
+    the segments; the next slot of each segment becomes EOS, so every candidate of the last step is
+    finished, and the slots after it stay free (they are dropped)."""
+
+    def __init__(self, order, step: int, max_steps: int, max_len: int, slot: Tensor):
+        self.order, self.step, self.max_steps, self.max_len, self.slot = order, step, max_steps, max_len, slot
+
+    def no_end(self, min_len: int) -> Optional[Tensor]:
+        first = self.step * self.order.z
+        return first + self.slot < min_len if first < min_len else None
+
+    def must_end(self) -> Optional[Tensor]:
+        if self.step != self.max_steps - 1:
+            return None
+        w, S = self.order.width, self.order.segments
+        room = self.max_len - self.step * self.order.z
+        offset, segment = self.slot % w, torch.div(self.slot, w, rounding_mode="floor")  # within / of its segment
+        return offset == room // S + (segment < room % S).long()
+
+
+class MultiTokenBeamSearch:
+    """fairseq-generate compatible generator for models trained in a generation order; built from the
+    run's ``options`` and a ``search_strategy`` (``search.build_search``'s rule for the order by
+    default: IBDecoder's outer top-k; ``--double-topk``: DOUBLETOPK)."""
+
+    def __init__(self, order, tgt_dict, options: Optional[GenerationOptions] = None,
+                 search_strategy: Optional[GroupSearch] = None, max_positions=None):
+        self.options = options = options if options is not None else GenerationOptions()
+        self.strategy = search_strategy if search_strategy is not None else build_search(options, len(tgt_dict), order)
+        self.processors = logits_processors(options, tgt_dict)
         self.order, self.tgt_dict = order, tgt_dict
         self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
-        self.beam_size, self.lenpen = int(beam_size), float(lenpen)
-        self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
-        self.min_len = int(min_len)
-        self.normalize_scores, self.temperature = normalize_scores, float(temperature)
+        self.beam_size = self.strategy.beam_size
+        self.max_positions = max_positions
         self._parts: Optional[ModelParts] = None
         self.reset_stats()
 
@@ -297,16 +303,12 @@ class MultiTokenBeamSearch:
         model = models[0]
         net_input = sample["net_input"]
         src_lengths = net_input["src_lengths"]
-        max_len = int(self.max_len_a * int(src_lengths.max()) + self.max_len_b)  # once per batch
         limit = self.max_positions if self.max_positions is not None else model.max_decoder_positions()
-        max_len = max(0, min(max_len, limit - 1))
-        if self.min_len > max_len:
-            raise OptionError(f"--min-len {self.min_len} exceeds the maximum length {max_len}; lower --min-len or "
-                             "raise --max-len-a/--max-len-b")
+        max_len = self.options.max_len(int(src_lengths.max()), limit)  # once per batch
         if self._parts is None or self._parts.model is not model:
             self._parts = ModelParts(model)
         stepper = ModelStepper(self._parts, net_input, self.beam_size, (max_len // self.order.z + 1) * self.order.z,
-                               self.order, self.temperature)
+                               self.order, self.options.temperature)
         return self.search(stepper, src_lengths.size(0), max_len, src_lengths.device)
 
     # ---- the search ----
@@ -322,8 +324,10 @@ class MultiTokenBeamSearch:
             lprobs = stepper.step(beam.decoder_input)
             self.stats["model_calls"] += 1
             self.stats["steps"] += 1
-            lprobs = self._constrain(lprobs.view(beam.sentences, B, z, -1), step, max_steps, max_len, slot_in_group)
-            cand = self.candidates.step(beam.scores, lprobs)
+            # in place: the step's own fresh tensor (a copy cost ~2% of a beam-10 row)
+            lprobs = self.processors(lprobs.view(beam.sentences, B, z, -1),
+                                     GroupSteps(self.order, step, max_steps, max_len, slot_in_group))
+            cand = self.strategy.step(step, lprobs, beam.scores)
             finished = cand.tokens.eq(self.eos).any(-1)
             write, slot, count = finals.mark(cand, finished)
             survivors = self._survivors(beam, cand, finished)
@@ -342,43 +346,19 @@ class MultiTokenBeamSearch:
     def _survivors(self, beam, cand, finished):
         """Imamura lines 13-19: the beam goes on with the best B unfinished candidates."""
         B, z, n = self.beam_size, self.order.z, beam.sentences
-        scores, pick = cand.score.masked_fill(finished, -math.inf).topk(B, dim=1)
+        scores, pick = cand.scores.masked_fill(finished, -math.inf).topk(B, dim=1)
         group = pick[..., None].expand(-1, -1, z)
-        return Survivors(scores, beam.rows(cand.beam.gather(1, pick)),
+        return Survivors(scores, beam.rows(cand.beams.gather(1, pick)),
                          cand.tokens.gather(1, group).view(n * B, z), cand.lprobs.gather(1, group).view(n * B, z))
 
     def _final_score(self, cand, step):
         """fairseq's length-normalised score of the top-B candidates if they end now: kept natural
-        tokens + 1 for EOS."""
+        tokens + 1 for EOS (``hypotheses.final_score``)."""
         B = self.beam_size
-        if not self.normalize_scores:  # --unnormalized
-            return cand.score[:, :B]
+        if not self.options.normalize_scores:  # --unnormalized: no length to count
+            return final_score(cand.scores[:, :B], None, self.options)
         kept = step * self.order.z + self._kept_in_group(cand.tokens[:, :B])
-        return cand.score[:, :B] / (kept + 1).float() ** self.lenpen
-
-    def _constrain(self, lprobs, step, max_steps, max_len, slot):
-        """fairseq's constraints (``constraints.GreedyConstraints``) on the step's log-probs
-        ``(n, B, z, V)``, in place (the step's own fresh tensor; a copy cost ~2% of a beam-10 row).
-
-        Which slots may not end, and which must, follow the group's layout.  fairseq forbids EOS while
-        the tokens kept are fewer than ``--min-len``; an end marker in slot t of the group keeps at
-        least ``step*z + t`` natural tokens when it is the group's first (the segments before it keep
-        all their w tokens), and a segment before it that ends too is bound by its own slot, so it is
-        forbidden where ``step*z + t`` is below ``--min-len``: the tightest rule a slot can follow alone
-        (exact for one segment; for multi_segment an early end made up by later segments is still
-        forbidden).  At the length limit (last step) at most ``room`` < z tokens may be kept,
-        spread over the segments; the next slot of each segment becomes EOS, so every candidate of
-        the last step is finished, and the slots after it stay free (they are dropped).
-        ``slot``: 0..z-1, the slots of a group."""
-        z, w, S = self.order.z, self.order.width, self.order.segments
-        self.constraints.mask_invalid(lprobs)
-        if step * z < self.min_len:
-            self.constraints.forbid_end(lprobs, step * z + slot < self.min_len)
-        if step == max_steps - 1:
-            room = max_len - step * z
-            offset, segment = slot % w, torch.div(slot, w, rounding_mode="floor")  # within / of its segment
-            self.constraints.force_end(lprobs, offset == room // S + (segment < room % S).long())
-        return lprobs
+        return final_score(cand.scores[:, :B], (kept + 1).float(), self.options)
 
     def _kept_in_group(self, group_tokens):
         """Tokens of a final group kept by ``order.restore``: each segment's tokens before its
@@ -391,11 +371,8 @@ class MultiTokenBeamSearch:
 def build_multi_token_generator(task, models, args):
     """The generator ``FastTranslationTask.build_generator`` returns for a reordered model; its
     generation options as ``generation_options`` says (what it does not honour, it refuses)."""
-    check_options("multi_token_beam", args)
+    options = GenerationOptions.from_args(args, "multi_token_beam")
     order = getattr(models[0], "generation_order", None) or task.order
-    return MultiTokenBeamSearch(
-        order, task.target_dictionary, beam_size=option(args, "beam"), max_len_a=option(args, "max_len_a"),
-        max_len_b=option(args, "max_len_b"), lenpen=option(args, "lenpen"),
-        double_topk=getattr(task.cfg, "double_topk", False), min_len=option(args, "min_len") or 1,
-        unk_penalty=option(args, "unkpen") or 0.0, normalize_scores=not option(args, "unnormalized"),
-        temperature=option(args, "temperature"))
+    double_topk = getattr(task.cfg, "double_topk", False)
+    search = build_search(options, len(task.target_dictionary), order, double_topk=double_topk)
+    return MultiTokenBeamSearch(order, task.target_dictionary, options, search)

@@ -1,4 +1,5 @@
-"""Scoring the columns of one verification call: fairseq's constraints, the verifier's own token
+"""Scoring the columns of one verification call: fairseq's rules on the log-probs (the run's
+``logits_processors``), the verifier's own token
 and the acceptance rule (docs/METHODS.md §2, steps 2-3 of the engine).
 
 The verifier's token at every column is picked where fairseq's ``BeamSearch.step`` picks it: topk
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule
-from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.logits_processors import LogitsProcessors, Steps
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 
 
@@ -47,17 +48,15 @@ class Scored:
 
 
 class ColumnScorer:
-    def __init__(self, verifier, constraints: GreedyConstraints, temperature: float, vocab_size: int):
-        self.verifier, self.constraints = verifier, constraints
+    def __init__(self, verifier, processors: LogitsProcessors, temperature: float, vocab_size: int):
+        self.verifier, self.processors = verifier, processors
         self.temperature, self.vocab_size = temperature, vocab_size
 
     def log_probs(self, logits: Tensor, cols: Columns) -> Tensor:
-        """Log-probs with fairseq's temperature (on the logits) and constraints (sequence_generator.py)."""
-        if self.temperature != 1.0:
-            logits = logits.div_(self.temperature)
-        lprobs = self.verifier.log_probs(logits)
-        return self.constraints.apply(lprobs, cols.steps, cols.max_len, min_step=cols.min_step,
-                                      max_step=cols.first_max + cols.steps.size(-1) - 1)
+        """Log-probs with fairseq's temperature (on the logits) and its rules (the processors)."""
+        lprobs = self.verifier.log_probs(logits, self.temperature)
+        return self.processors(lprobs, Steps(cols.steps, cols.max_len, cols.min_step,
+                                             cols.first_max + cols.steps.size(-1) - 1))
 
     def top(self, lprobs: Tensor, running: Tensor):
         """The verifier's token at every column (topk over lprobs + the running score before the

@@ -310,6 +310,10 @@ class DecoderStep:
         return x if lw.pre else apply_layer_norm(x, lw.ffn_ln)
 
     @staticmethod
-    def log_probs(logits: Tensor) -> Tensor:
-        """fairseq's get_normalized_probs: log-softmax in float32 whatever the model's dtype."""
+    def log_probs(logits: Tensor, temperature: float = 1.0) -> Tensor:
+        """fairseq's next-token log-probs: the logits divided by ``--temperature`` (in place, as
+        fairseq's ``lprobs.div_``), then get_normalized_probs: log-softmax in float32 whatever the
+        model's dtype.  Every generator computes them here."""
+        if temperature != 1.0:
+            logits = logits.div_(temperature)
         return F.log_softmax(logits.float(), dim=-1)

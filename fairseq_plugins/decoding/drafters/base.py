@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 from torch import Tensor
 
 from fairseq_plugins.decoding.width_policy import draft_lengths
-from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.logits_processors import LogitsProcessors
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
 from fairseq_plugins.errors import OptionError, PluginError
@@ -83,7 +83,7 @@ class DraftContext:
     # True: the drafts are the output, nothing verifies them (``--acceptance all``): the drafter
     # applies fairseq's ``constraints`` itself and gives its tokens' log-probs (``Draft.scores``)
     final: bool = False
-    constraints: Optional[GreedyConstraints] = None
+    constraints: Optional[LogitsProcessors] = None
     encoder_out: Optional[dict] = None  # the verifier's encoder output (a drafter reading it: the shallow GAD drafter)
     # the verifier's output projection (``projection.VocabProjection``, refreshed for the batch): heads that share it (blockwise)
     vocab_projection: Optional[object] = None

@@ -196,8 +196,7 @@ class GreedyDrafts:
         for rows, argmax in zip(self.prefixes, trace.argmax):
             self.next.update(zip(rows, argmax))
         src_tokens = sample["net_input"]["src_tokens"]
-        self.max_len = min(int(lean.max_len_a * src_tokens.size(1) + lean.max_len_b),
-                           lean.model.max_decoder_positions() - 1)
+        self.max_len = lean.options.max_len(src_tokens.size(1), lean.model.max_decoder_positions())
         self.sample = sample
         self.encoder_out = None
         self.decoded = 0  # lean steps run for continuations off the beam

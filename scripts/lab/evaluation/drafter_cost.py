@@ -21,6 +21,7 @@ import argparse
 import statistics
 import time
 from argparse import Namespace
+from dataclasses import replace
 
 import torch
 
@@ -67,7 +68,8 @@ def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False, 
 
 
 def time_plain(generator, verifier, sample, max_len_b):
-    generator.max_len_b = generator.min_len = max_len_b  # no EOS before max_len: exactly max_len + 1 steps
+    # no EOS before max_len: exactly max_len + 1 steps
+    generator.options = replace(generator.options, max_len_b=max_len_b, min_len=max_len_b)
     calls = generator.stats["model_calls"]
     t = CLOCK()
     generator.generate([verifier], sample)
@@ -137,6 +139,7 @@ def main():
     from fairseq_plugins.decoding.acceptance import Exact
     from fairseq_plugins.decoding.drafters import NoDraft
     from fairseq_plugins.decoding.engine import DraftVerifyGenerator
+    from fairseq_plugins.decoding.options import GenerationOptions
 
     for k in a.block:
         d, verifier, drafter = build(a.vocab, a.layers, k, a.draft_vocab, a.ffn, a.width, a.verifier_features,
@@ -144,7 +147,7 @@ def main():
         src = torch.randint(4, a.vocab, (1, 15))
         src[0, -1] = d.eos()
         sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([15])}}
-        gen = DraftVerifyGenerator([verifier], d, NoDraft(), Exact(), max_len_a=0.0, min_len=1)
+        gen = DraftVerifyGenerator([verifier], d, NoDraft(), Exact(), options=GenerationOptions(max_len_a=0.0))
         step, draft, begin = [], [], []
         with torch.inference_mode():
             for pair in range(a.pairs + 1):

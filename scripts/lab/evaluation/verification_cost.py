@@ -119,10 +119,11 @@ def engine(model, d, width: int, steps: int):
     from fairseq_plugins.decoding.acceptance import Exact
     from fairseq_plugins.decoding.drafters import NoDraft
     from fairseq_plugins.decoding.engine import DraftVerifyGenerator
+    from fairseq_plugins.decoding.options import GenerationOptions
 
     drafter = NoDraft() if width == 1 else FixedWidthDraft(width - 1)
-    return DraftVerifyGenerator([model], d, drafter, Exact(), max_len_a=0.0, max_len_b=steps, min_len=steps,
-                                adaptive_block_size="off")
+    options = GenerationOptions(max_len_a=0.0, max_len_b=steps, min_len=steps)
+    return DraftVerifyGenerator([model], d, drafter, Exact(), options=options, adaptive_block_size="off")
 
 
 def at_width(seen, width: int) -> List[float]:

@@ -1,13 +1,32 @@
-"""fairseq's greedy constraints as one object (decoding/constraints.py): applied to many columns at
-their own steps, it must give what fairseq's SequenceGenerator gives one step at a time."""
+"""fairseq's rules on the log-probs as one list of processors (decoding/logits_processors.py): applied
+to many columns at their own steps, it must give what fairseq's SequenceGenerator gives one step at a time."""
 import math
 
 import pytest
 import torch
 
-from fairseq_plugins.decoding.constraints import GreedyConstraints
+from fairseq_plugins.decoding.logits_processors import logits_processors
+from fairseq_plugins.decoding.options import GenerationOptions
 
 EOS, PAD, UNK, V = 2, 1, 3, 11
+
+
+class Dictionary:
+    def eos(self):
+        return EOS
+
+    def pad(self):
+        return PAD
+
+    def unk(self):
+        return UNK
+
+    def __len__(self):
+        return V
+
+
+def processors(min_len=1, unk_penalty=0.0):
+    return logits_processors(GenerationOptions(min_len=min_len, unk_penalty=unk_penalty), Dictionary())
 
 
 def fairseq_step(lprobs, step, max_len, min_len, unk_penalty):
@@ -35,7 +54,7 @@ def noisy_lprobs(shape, seed):
 @pytest.mark.parametrize("unk_penalty", [0.0, 1.5])
 def test_columns_at_their_steps_equal_fairseq_step_by_step(per_row, unk_penalty):
     B, m, max_len, min_len = 3, 6, 7, 4
-    c = GreedyConstraints(EOS, PAD, UNK, V, min_len=min_len, unk_penalty=unk_penalty)
+    c = processors(min_len=min_len, unk_penalty=unk_penalty)
     for seed, first in enumerate((0, 2, 3, 5)):
         lp = noisy_lprobs((B, m), seed)
         steps = torch.arange(first, first + m)
@@ -53,7 +72,7 @@ def test_columns_at_their_steps_equal_fairseq_step_by_step(per_row, unk_penalty)
 
 
 def test_host_bounds_only_skip_masks_that_cannot_apply():
-    c = GreedyConstraints(EOS, PAD, UNK, V, min_len=2)
+    c = processors(min_len=2)
     lp = noisy_lprobs((2, 3), 7)
     steps = torch.tensor([[2, 3, 4], [3, 4, 5]])
     # every step is >= min_len and < max_len: the bounds let it skip both masks, the result is the same
@@ -66,7 +85,7 @@ def test_host_bounds_only_skip_masks_that_cannot_apply():
 
 def test_a_beam_shaped_block_broadcasts():
     """The multi-token beam's (n, beam, z, V) log-probs with one step per group slot."""
-    c = GreedyConstraints(EOS, PAD, UNK, V, min_len=3)
+    c = processors(min_len=3)
     lp = noisy_lprobs((2, 4, 2), 3)
     steps = torch.tensor([2, 3])  # the two slots of the group
     out = c.apply(lp.clone(), steps, 3)
