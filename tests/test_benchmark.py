@@ -11,7 +11,7 @@ from scripts.lab.evaluation import bench_rows
 from scripts.lab.evaluation.out_folder import LOCK
 from scripts.lab.viz.speed_vs_bleu import own_axis_groups, panel_grid, pareto_front, read_results
 from scripts import benchmark, benchmark_jobs
-from scripts.reference_run import read_models
+from scripts.lab.training.model_list import read_models
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
                "tokens_per_s", "speed_ratio", "model_calls", "mean_accepted", "identical_to_greedy",

@@ -201,7 +201,7 @@ class BasePart:
 
     def train_command(self, stop_hours):
         from scripts.lab.evaluation.generation import PLUGIN_DIR
-        from scripts.reference_run import config_args
+        from scripts.lab.training.model_list import config_args
 
         ev = self.ev
         m = ev.read_models(ev.recipe_list(MODELS_LIST))[MODEL]  # the GPU recipe's --max-tokens and --lr in extra
@@ -218,7 +218,7 @@ class BasePart:
 
     def train(self, window):
         from scripts.lab.evaluation import train_log
-        from scripts.reference_run import trained_updates
+        from scripts.lab.training.checkpoints import trained_updates
 
         stop_hours = max(1.0, window - TRAIN_OVERHEAD) / 3600
         cmd, config, portable = self.train_command(stop_hours)

@@ -236,14 +236,14 @@ class Evidence:
                         + table + note, rows)
 
     def read_models(self, path):
-        from scripts.reference_run import read_models
+        from scripts.lab.training.model_list import read_models
 
         return {m["name"]: m for m in read_models(path)}
 
     def recipe_list(self, source):
         """``source`` (a model list) with the GPU recipe in every line: its config's --max-tokens x
         batch_scale and --lr x lr_scale (configs/gpu/recipe.json), written to the work folder."""
-        from scripts.reference_run import config_args
+        from scripts.lab.training.model_list import config_args
 
         recipe = json.loads(RECIPE.read_text())
         lines = []
@@ -266,7 +266,7 @@ class Evidence:
         """Stage 1's models (configs/reference/convergence_gold.txt, under the GPU recipe) that models/
         lacks (``shipped``: the names it has), trained side by side for half the time left (no curves), so that the speed rows have
         models to decode."""
-        from scripts.reference_run import train_command
+        from scripts.lab.training.train_command import train_command
 
         models = {n: m for n, m in self.read_models(self.recipe_list(GOLD)).items() if n not in shipped}
         minutes = 0.5 * self.deadline.left() / 60
@@ -352,7 +352,7 @@ class Evidence:
         """Stage 1's baseline (its exported checkpoint, the one packed) as every role of stage 2's list:
         teacher, warm start, the drafters' verifier; the teacher is the bundled corpus's own when the
         bundle carries the distilled corpus.  Returns the teacher."""
-        from scripts.reference_run import exported_checkpoint
+        from scripts.lab.training.checkpoints import exported_checkpoint
 
         checkpoints = self.work / "ref" / "checkpoints"
         baseline = exported_checkpoint(self.read_models(GOLD)["baseline"], self.work / "ref", self.data)
@@ -379,7 +379,7 @@ class Evidence:
         """Every trained model's checkpoint (reference_run's choice: where it converged, else its best or
         last) as CHECKPOINTS/<name>/checkpoint_best.pt packed as models/ keeps them (fp16, tied embeddings
         once, no optimizer moments, resumable: reference_models.pack_checkpoint)."""
-        from scripts.reference_run import exported_checkpoint
+        from scripts.lab.training.checkpoints import exported_checkpoint
 
         done = []
         for source in (GOLD, KD):
@@ -395,7 +395,7 @@ class Evidence:
         """Test BLEU of every order (and the L2R control) at greedy and at its beam, gap to L2R-KD."""
         from scripts.lab.evaluation.corpus import Corpus
         from scripts.lab.evaluation.runners import FairseqRunner
-        from scripts.reference_run import CURVE_GENERATE
+        from scripts.lab.training.curve_scoring import CURVE_GENERATE
 
         models = {n: m for n, m in self.read_models(KD).items() if m["curve"]
                   and (self.checkpoints / n / "checkpoint_best.pt").exists()}
