@@ -1,7 +1,7 @@
-"""scripts/reference_run.py (its logic in scripts/lab/training/): model lists (update fractions, curve beams and generation arguments,
-extra arguments), one model's learning curve scored incrementally from its interval checkpoints, and
-the orchestration: the convergence watch stops a training's process group, a converged model is not
-trained again, summary.json keeps the models of earlier runs, and no training outlives the command."""
+"""scripts/reference_run.py (its logic in scripts/lab/training/): model lists (update fractions, curve beams and
+generation arguments, extra arguments), one model's learning curve scored incrementally from its interval
+checkpoints, and the orchestration: the convergence watch stops a training's process group, a converged model
+is not trained again, summary.json keeps the models of earlier runs, and no training outlives the command."""
 import argparse
 import json
 import signal

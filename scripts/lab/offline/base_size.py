@@ -423,7 +423,7 @@ def merged(results):
     size): a baseline several units ran is kept once (the first finished unit's); every other row keeps
     the ratios of its own unit; the derived ratios (× CT2, × beam 5) are taken again over the table."""
     from scripts.lab.evaluation.bench_rows import load_rows
-    from scripts.benchmark import add_derived_ratios
+    from scripts.lab.evaluation.bench_results import add_derived_ratios
 
     order = {r["method"]: i for i, r in enumerate(load_rows([ROWS]))}
     seen, out = set(), []
