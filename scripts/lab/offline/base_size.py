@@ -43,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+from scripts.lab.offline.report import code
+
 REPO = Path(__file__).resolve().parents[3]
 MODEL, TINY, CORPUS = "gec_base", "gec_tiny", "gec-en"
 MODELS_LIST = REPO / "configs" / "reference" / "gec.txt"
@@ -452,12 +454,6 @@ def table(rows):
         cells = dict(r, method=r["method"].split(": ", 1)[-1])
         lines.append("| " + " | ".join("–" if cells.get(k) is None else str(cells[k]) for k, _ in COLUMNS) + " |")
     return head + "\n".join(lines) if lines else "(no rows finished)"
-
-
-def code(text):
-    from scripts.lab.offline.evidence import code as fenced
-
-    return fenced(text)
 
 
 def test_bleu(checkpoint, corpus, device, batch_size, fp16):
