@@ -18,10 +18,8 @@ from scripts.lab.evaluation.reference_models import file_sha256
 SETTINGS = ("data", "teacher", "beam", "lenpen", "max_len_a", "max_len_b", "subset", "shard_size", "source", "target")
 
 
-
 def shard_path(work, i):
     return work / f"shard-{i:05d}.txt"
-
 
 
 def distill(args):

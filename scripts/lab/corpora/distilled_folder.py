@@ -22,9 +22,7 @@ def log(msg):
     print(f"[distill] {msg}", flush=True)
 
 
-
 TARGETS = "{subset}.sub.{target}.xz"  # the shipped targets, one line per source sentence
-
 
 
 def ship(out, dest, record):
@@ -39,7 +37,6 @@ def ship(out, dest, record):
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     log(f"shipped {name} ({(dest / name).stat().st_size / 2**20:.2f} MiB) and distill.json to {dest}")
-
 
 
 def restore(args):
@@ -67,7 +64,6 @@ def restore(args):
     return record
 
 
-
 def write_corpus(out, data, src, tgt, subset, sources, targets, workers):
     """The distilled split as text (one line per source, in order) and binarized with ``data``'s
     dictionaries, beside the rest of ``data``'s files: what a distillation and a restore both make."""
@@ -78,7 +74,6 @@ def write_corpus(out, data, src, tgt, subset, sources, targets, workers):
     copy_corpus_files(data, out, subset)
 
 
-
 def binarize_split(out, data, src, tgt, subset, workers):
     """fairseq-preprocess with the original dictionaries, into OUT/bin (the new split only)."""
     tmp = binarize(out / f"bin.{subset}", src, tgt, {"train": out / f"{subset}.sub"},
@@ -87,7 +82,6 @@ def binarize_split(out, data, src, tgt, subset, workers):
     for f in tmp.glob(f"train.{src}-{tgt}.*"):
         f.replace(out / "bin" / (subset + f.name[len("train"):]))
     shutil.rmtree(tmp)
-
 
 
 def copy_corpus_files(data, out, subset):

@@ -23,16 +23,13 @@ def n_sentences(batches):
     return sum(len(b["id"]) if isinstance(b, dict) else len(b) for b in batches)
 
 
-
 def _calls_per_token(calls, tokens):
     """Decoder calls per generated target token (EOS included), both counted over one pass."""
     return round(calls / tokens, 4) if calls is not None and tokens else None
 
 
-
 def _mean_accepted(stats):
     return round(stats["accepted_tokens"] / stats["iterations"], 3) if stats.get("iterations") else None
-
 
 
 def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, max_len, timed_sentences):
@@ -40,7 +37,6 @@ def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, 
         return CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences,
                                  row.get("compute_type", "default"))
     return FairseqRunner(corpus, ckpt, args, beam, bs, device, fp16, threads, max_len, timed_sentences)
-
 
 
 def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, timed_sentences=0,
@@ -187,7 +183,6 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
     return results
 
 
-
 def save_hypotheses(folder, row, beam, texts):
     """The quality pass's translations, one line per sentence in id order (the references' order), as
     ``<folder>/<method>.beam<k>.txt`` (the method's name with every run of other characters than
@@ -201,13 +196,11 @@ def save_hypotheses(folder, row, beam, texts):
     return name
 
 
-
 def _schedule_key(row, beam, bs):
     """fairseq greedy baselines, then their beams, then the engine's greedy, then every other row."""
     if row.get("baseline"):
         return int(beam != 1)
     return 2 if is_engine_greedy(row) else 3
-
 
 
 def default_device():

@@ -49,7 +49,6 @@ def add_derived_ratios(results, vs_beam5=()):
             r["mem_vs_greedy"] = round(r["peak_mem_mb"] - g["peak_mem_mb"], 2)
 
 
-
 # (key, header, format); the optional ones only appear when some row has a value
 TABLE = [("method", "method", None), ("corpus", "corpus", None), ("beam", "beam", None),
          ("batch_size", "batch", None), ("bleu", "BLEU", None), ("bleu_bp", "BP", "{:.3f}"),
@@ -62,10 +61,8 @@ TABLE = [("method", "method", None), ("corpus", "corpus", None), ("beam", "beam"
          ("identical_to_greedy", "identical", "{:.3f}")]
 
 
-
 OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "ratio_vs_engine_greedy", "calls_per_token", "peak_mem_mb",
             "mem_vs_greedy", "mean_accepted", "identical_to_greedy"}
-
 
 
 def markdown_table(results):
@@ -74,7 +71,6 @@ def markdown_table(results):
              for r in results]
     align = ["left" if key in ("method", "corpus") else "right" for key, _, _ in cols]
     return tabulate(cells, headers=[h for _, h, _ in cols], tablefmt="pipe", disable_numparse=True, colalign=align)
-
 
 
 def write_outputs(results, out, skipped=()):

@@ -20,7 +20,6 @@ def trained_updates(save_dir):
     return state["optimizer_history"][-1]["num_updates"]
 
 
-
 def interval_checkpoints(folder):
     """[(updates, path)] of fairseq's interval checkpoints (checkpoint_EPOCH_UPDATES.pt) in ``folder``."""
     found = []
@@ -29,7 +28,6 @@ def interval_checkpoints(folder):
         if m:
             found.append((int(m.group(1)), p))
     return sorted(found)
-
 
 
 def readable(checkpoint):
@@ -45,7 +43,6 @@ def readable(checkpoint):
         return False
 
 
-
 def restore_file(save_dir):
     """Where a training resumes: None for fairseq's own checkpoint_last.pt (or a fresh start); the newest
     readable interval checkpoint if checkpoint_last.pt cannot be loaded (a training killed while copying it)."""
@@ -59,11 +56,9 @@ def restore_file(save_dir):
     return None
 
 
-
 def checkpoint_updates(checkpoint):
     """The updates a fairseq checkpoint was saved at (memory-mapped: the tensors are not read)."""
     return load_checkpoint(checkpoint, mmap=True)["optimizer_history"][-1]["num_updates"]
-
 
 
 def exported_checkpoint(m, out, data):
@@ -82,7 +77,6 @@ def exported_checkpoint(m, out, data):
     return folder / ("checkpoint_last.pt" if distilled else "checkpoint_best.pt")
 
 
-
 def export(models, out, dest, data):
     """Every model's exported checkpoint (:func:`exported_checkpoint`) without optimizer state (what
     decoding needs), as ``dest/<name>/checkpoint_best.pt``."""
@@ -92,7 +86,6 @@ def export(models, out, dest, data):
             continue
         strip_checkpoint(src, Path(dest) / m["name"] / "checkpoint_best.pt")
         print(f"exported {src}", flush=True)
-
 
 
 def snapshot_checkpoint(m, out, curve):

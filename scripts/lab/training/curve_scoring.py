@@ -14,14 +14,12 @@ def curve_header(args):
     return {"name": args.name, "subset": args.curve_subset, "beam": args.curve_beam, "generate": args.generate}
 
 
-
 def check_curve_header(path, curve, header):
     """Points of one curve must come from one decoding (subset, beam, generation arguments)."""
     for key in ("subset", "beam", "generate"):
         if curve.get(key, "") != header[key]:
             raise SystemExit(f"error: {path} was scored with {key} {curve.get(key, '')!r}, not {header[key]!r}: "
                              "score with the same settings, or move it away to start the curve again")
-
 
 
 def score(corpus, checkpoint, generate, beam, gpu):
@@ -33,7 +31,6 @@ def score(corpus, checkpoint, generate, beam, gpu):
     tokens = runner.decode(runner.batches)
     ids = sorted(tokens)
     return corpus.bleu([runner.text(tokens[i], corpus) for i in ids], ids), ids
-
 
 
 def score_curve(args):

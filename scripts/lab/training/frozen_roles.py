@@ -30,7 +30,6 @@ def pinned_checkpoint(pin, dest, repo=REPO):
     return dest
 
 
-
 def freeze_role(args, role, source):
     """``--freeze ROLE SOURCE``: SOURCE is a checkpoint file, or a pin file (``.txt``: a checkpoint of this
     repository's history, :func:`pinned_checkpoint`)."""

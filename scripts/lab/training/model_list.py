@@ -16,11 +16,9 @@ def _positive(kind):
     return parse
 
 
-
 def _generate_args(text):
     shlex.split(text)  # a malformed quote is an error here, not in the scorer hours later
     return text
-
 
 
 def _yes_no(text):
@@ -29,17 +27,14 @@ def _yes_no(text):
     return text == "yes"
 
 
-
 def _folder(text):
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
         raise ValueError(f"{text!r} is not a folder name of {{CKPT}}")
     return text
 
 
-
 LIST_KEYS = {"updates": _positive(float), "beam": _positive(int), "generate": _generate_args, "curve": _yes_no,
              "baseline": _folder}
-
 
 
 def read_models(path, names=None):
@@ -83,7 +78,6 @@ def read_models(path, names=None):
     return models
 
 
-
 def config_args(config, ckpt_root, data_root, baseline="baseline"):
     """A config file's fairseq-train words; ``{CKPT}/baseline/`` in it reads ``{CKPT}/<baseline>/`` (a
     list line's ``baseline=verifier``: the frozen verifier of the convergence run)."""
@@ -91,7 +85,6 @@ def config_args(config, ckpt_root, data_root, baseline="baseline"):
     text = text.replace("{CKPT}/baseline/", f"{{CKPT}}/{baseline}/")
     text = text.replace("{CKPT}", str(ckpt_root)).replace("{DATA}", str(data_root))
     return shlex.split(text)
-
 
 
 def max_update_of(model, args):

@@ -298,7 +298,6 @@ class ReferenceRun:
         print(f"[reference {time.time() - self.start:6.0f}s] {message}", flush=True)
 
 
-
 def progress(log):
     updates = train_log.updates(log)
     return f"{updates} updates" if updates is not None else ""

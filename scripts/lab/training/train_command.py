@@ -16,7 +16,6 @@ def cuda_available():
     return torch.cuda.is_available()
 
 
-
 def train_command(model, args, gpu):
     save = Path(args.out) / "checkpoints" / model["name"]
     ckpt_root, data_root = Path(args.out) / "checkpoints", Path(args.data).resolve()
@@ -35,13 +34,11 @@ def train_command(model, args, gpu):
     return cmd + extra + args.train_args
 
 
-
 def missing_inputs(cmd, ckpt_root):
     """The checkpoints under ``ckpt_root`` (``{CKPT}``) that training command ``cmd`` reads and that do not
     exist yet (a role not frozen yet: the verifier of the drafters, while stage 1 trains on)."""
     root = str(ckpt_root)
     return [w for w in map(str, cmd) if w.startswith(root) and w.endswith(".pt") and not Path(w).exists()]
-
 
 
 def portable_command(train, args):
