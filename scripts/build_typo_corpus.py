@@ -23,38 +23,11 @@ import hashlib
 import random
 from pathlib import Path
 
-from scripts import build_message_corpus as bmc
+from scripts.lab.corpora.message_catalogs import extract_pairs, keep_message, normalise
+from scripts.lab.corpora.offline_corpus import segment_and_binarize, split, write_raw_splits
+from scripts.lab.corpora.typos import typo
 
 LANGS = ("typo", "en")
-_KEYBOARD = ["qwertyuiop", "asdfghjkl", "zxcvbnm"]
-_NEIGHBOURS = {}
-for _r, _row in enumerate(_KEYBOARD):
-    for _c, _ch in enumerate(_row):
-        near = [_row[i] for i in (_c - 1, _c + 1) if 0 <= i < len(_row)]
-        for _dr in (-1, 1):
-            if 0 <= _r + _dr < len(_KEYBOARD) and _c < len(_KEYBOARD[_r + _dr]):
-                near.append(_KEYBOARD[_r + _dr][_c])
-        _NEIGHBOURS[_ch] = near
-
-
-def typo(word, rng):
-    """One character edit of a word (words shorter than 2 letters only get a replacement)."""
-    letters = [i for i, ch in enumerate(word) if ch.isalpha()]
-    if not letters:
-        return word
-    i = rng.choice(letters)
-    kind = rng.choice(("swap", "delete", "double", "neighbour")) if len(word) > 1 else "neighbour"
-    if kind == "swap" and i + 1 < len(word):
-        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
-    if kind == "delete":
-        return word[:i] + word[i + 1 :]
-    if kind == "double":
-        return word[:i] + word[i] + word[i:]
-    lower = word[i].lower()
-    if lower in _NEIGHBOURS:
-        new = rng.choice(_NEIGHBOURS[lower])
-        return word[:i] + (new.upper() if word[i].isupper() else new) + word[i + 1 :]
-    return word
 
 
 def corrupt(sentence, typo_rate, drop_rate, seed):
@@ -71,9 +44,9 @@ def corrupt(sentence, typo_rate, drop_rate, seed):
 def english_sentences(args):
     if args.from_text:
         with open(args.from_text, encoding="utf-8") as f:
-            lines = [bmc.normalise(line) for line in f]
-        return sorted({line for line in lines if line and bmc.keep_message(line)})
-    pairs, _ = bmc.extract_pairs(args.locale_dir, "en-de", args.max_words)
+            lines = [normalise(line) for line in f]
+        return sorted({line for line in lines if line and keep_message(line)})
+    pairs, _ = extract_pairs(args.locale_dir, "en-de", args.max_words)
     return sorted({src for src, _ in pairs})
 
 
@@ -101,12 +74,12 @@ def main(argv=None):
     sentences = english_sentences(args)
     pairs = [(corrupt(s, args.typo_rate, args.drop_rate, args.seed), s) for s in sentences]
     pairs = sorted({p for p in pairs})
-    splits = bmc.split(pairs, args.test_size, args.valid_size)
-    bmc.write_raw_splits(out, splits, LANGS)
+    splits = split(pairs, args.test_size, args.valid_size)
+    write_raw_splits(out, splits, LANGS)
     changed = sum(1 for s, t in pairs if s != t)
     print(f"[typo] {len(pairs)} pairs ({changed} corrupted) -> train {len(splits['train'])}, valid "
           f"{len(splits['valid'])}, test {len(splits['test'])}", flush=True)
-    return bmc.segment_and_binarize(out, splits, LANGS, args.vocab_size, args.workers, not args.no_binarize, "typo")
+    return segment_and_binarize(out, splits, LANGS, args.vocab_size, args.workers, not args.no_binarize, "typo")
 
 if __name__ == "__main__":
     main()

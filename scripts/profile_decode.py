@@ -33,7 +33,7 @@ from scripts.lab.evaluation.iteration_intervals import intervals_markdown, itera
 from scripts.lab.evaluation.profile_points import ENGINE_STEPS, POINTS
 from scripts.lab.evaluation.row_profile import markdown, profile_row
 from scripts.lab.evaluation.runners import FairseqRunner
-from scripts import benchmark  # its default device, error and sentence count
+from scripts.lab.evaluation import bench_harness  # the benchmark's default device, error and sentence count
 
 DEFAULT_ROWS = [
     {"method": "fairseq greedy", "args": "--task fast_translation --beam-search fairseq"},
@@ -52,7 +52,7 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="rows whose method contains one of these strings")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
     ap.add_argument("--sentences", type=int, default=100, help="profile the sentences with id < N (the timed sample)")
-    ap.add_argument("--device", default=benchmark.default_device())
+    ap.add_argument("--device", default=bench_harness.default_device())
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-len-a", type=float, default=1.2)
@@ -72,7 +72,7 @@ def main(argv=None):
         if args.only:
             rows = [r for r in rows if any(s in r["method"] for s in args.only)]
         if not rows:
-            raise benchmark.BenchmarkError("no row to profile: check --only")
+            raise bench_harness.BenchmarkError("no row to profile: check --only")
         corpus = Corpus(args.data)
         report, text = [], []
         plain_unit = {}  # batch size -> a plain engine step's seconds (the --drafter none row's intervals)
@@ -89,7 +89,7 @@ def main(argv=None):
                                                      args.fp16, args.threads, (args.max_len_a, args.max_len_b),
                                                      args.sentences)
                     summary = profile_row(runner, args.device, POINTS + (ENGINE_STEPS if args.engine_steps else []))
-                    n = benchmark.n_sentences(runner.timed_batches)
+                    n = bench_harness.n_sentences(runner.timed_batches)
                     summary.update(method=row["method"], args=row_args, beam=beam, batch_size=bs,
                                    sentences=n, device=args.device, dtype="fp16" if args.fp16 else "fp32",
                                    threads=args.threads)
@@ -110,7 +110,7 @@ def main(argv=None):
                         text[-1] += "\n" + intervals_markdown(seen, plain_unit.get(bs)) + "\n"
                     print("\n" + text[-1], flush=True)
                     del runner
-    except benchmark.BenchmarkError as e:
+    except bench_harness.BenchmarkError as e:
         raise SystemExit(f"error: {e}")
     if args.out:
         out = Path(args.out)

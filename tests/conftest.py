@@ -57,7 +57,8 @@ def cached(name, key_parts, build):
     import fairseq
 
     h = hashlib.sha1(repr((key_parts, fairseq.__version__)).encode())
-    for builder in ("scripts/build_message_corpus.py", "scripts/lab/corpora/files.py",
+    for builder in ("scripts/build_message_corpus.py", "scripts/lab/corpora/message_catalogs.py",
+                    "scripts/lab/corpora/offline_corpus.py", "scripts/lab/corpora/files.py",
                     "scripts/lab/corpora/subwords.py", "scripts/lab/corpora/binarize.py"):
         h.update((REPO / builder).read_bytes())
     root = Path(os.environ.get("FAST_DECODING_TEST_CACHE", Path.home() / ".cache" / "fast-decoding-tests"))

@@ -1,5 +1,6 @@
-"""scripts/benchmark.py: interleaved timing and ratios (stub runners with known times), rows files,
-families, the plot's Pareto front, and the output schema and counts on the tiny model."""
+"""scripts/benchmark.py (its harness in scripts/lab/evaluation/bench_*.py): interleaved timing and ratios (stub
+runners with known times), rows files, families, the plot's Pareto front, and the output schema and counts on
+the tiny model."""
 import json
 import math
 from pathlib import Path
@@ -10,8 +11,10 @@ from conftest import REPO
 from scripts.lab.evaluation import bench_rows
 from scripts.lab.evaluation.out_folder import LOCK
 from scripts.lab.viz.speed_vs_bleu import own_axis_groups, panel_grid, pareto_front, read_results
-from scripts import benchmark, benchmark_jobs
-from scripts.reference_run import read_models
+from scripts import benchmark
+from scripts.lab.evaluation import bench_harness, bench_jobs, bench_results, timing
+from scripts.lab.evaluation.corpus import Corpus
+from scripts.lab.training.model_list import read_models
 
 SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_signature", "seconds",
                "tokens_per_s", "speed_ratio", "model_calls", "mean_accepted", "identical_to_greedy",
@@ -80,16 +83,16 @@ class StubRunner:
 def test_interleaved_timing_alternates_and_gives_the_known_ratio():
     clock, log = FakeClock(), []
     row, ref = StubRunner("row", 0.1, clock, log), StubRunner("ref", 0.2, clock, log)
-    times, (calls, _) = benchmark.time_interleaved([row, ref], runs=4, clock=clock)
+    times, (calls, _) = timing.time_interleaved([row, ref], runs=4, clock=clock)
     # a warm-up of both on their first 4 batches (8 sentences), then row ref | ref row | row ref | ref row
     assert log == [("row", 8), ("ref", 8)] + [(name, 16) for name in ["row", "ref", "ref", "row"] * 2]
     assert times[0] == pytest.approx([0.1] * 4) and times[1] == pytest.approx([0.2] * 4)
     assert calls == len(row.timed_batches) == 8  # counted over exactly one timed pass, not the warm-up
-    ratio, spread = benchmark.pair_ratio(times[1], times[0])
+    ratio, spread = timing.pair_ratio(times[1], times[0])
     assert ratio == pytest.approx(2.0) and spread == pytest.approx((2.0, 2.0))
     slower = StubRunner("slow", 0.5, clock, [])
-    times, _ = benchmark.time_interleaved([slower, ref], runs=2, clock=clock)
-    assert benchmark.pair_ratio(times[1], times[0])[0] == pytest.approx(0.4)
+    times, _ = timing.time_interleaved([slower, ref], runs=2, clock=clock)
+    assert timing.pair_ratio(times[1], times[0])[0] == pytest.approx(0.4)
 
 
 def test_a_load_that_comes_and_goes_favours_neither_side():
@@ -98,9 +101,9 @@ def test_a_load_that_comes_and_goes_favours_neither_side():
     passes would put the load on the reference only (and report 6x)."""
     clock, log = FakeClock(load_of_round=[1.0, 1.0, 3.0, 3.0]), []
     row, ref = StubRunner("row", 0.1, clock, log), StubRunner("ref", 0.2, clock, log)
-    times, _ = benchmark.time_interleaved([row, ref], runs=4, clock=clock)
+    times, _ = timing.time_interleaved([row, ref], runs=4, clock=clock)
     assert times[0] == pytest.approx([0.1, 0.1, 0.3, 0.3]) and times[1] == pytest.approx([0.2, 0.2, 0.6, 0.6])
-    assert benchmark.pair_ratio(times[1], times[0])[0] == pytest.approx(2.0)
+    assert timing.pair_ratio(times[1], times[0])[0] == pytest.approx(2.0)
 
 
 def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch, log_lines=None):
@@ -112,13 +115,13 @@ def run_stubs(rows, per_pass, corpus, tmp_path, monkeypatch, log_lines=None):
         loads.append((row["method"], beam, bs))
         return StubRunner(row["method"], per_pass[(row["method"], beam)], clock, log)
 
-    monkeypatch.setattr(benchmark, "_load_runner", load)
+    monkeypatch.setattr(bench_harness, "_load_runner", load)
     ckpt = tmp_path / "model.pt"
     ckpt.write_text("")
     rows = [dict(r, path=str(ckpt)) for r in rows]
     logging = quiet if log_lines is None else dict(log=lambda *a, **k: log_lines.append(" ".join(map(str, a))))
-    results = benchmark.run_benchmark(rows, corpus, None, tmp_path / "out", batch_sizes=[8], runs=3,
-                                      clock=clock, **logging)
+    results = bench_harness.run_benchmark(rows, corpus, None, tmp_path / "out", batch_sizes=[8], runs=3,
+                                          clock=clock, **logging)
     return results, loads
 
 
@@ -150,7 +153,7 @@ def test_a_drafter_on_another_checkpoint_is_timed_beside_its_greedy_models_engin
     def load(row, corpus, ckpt, args, beam, bs, *rest):
         return StubRunner(row["method"], per_pass[row["method"]], clock, log)
 
-    monkeypatch.setattr(benchmark, "_load_runner", load)
+    monkeypatch.setattr(bench_harness, "_load_runner", load)
     for model in ("base", "heads"):
         (tmp_path / "ckpt" / model).mkdir(parents=True)
         (tmp_path / "ckpt" / model / "checkpoint_best.pt").write_text("")
@@ -158,8 +161,8 @@ def test_a_drafter_on_another_checkpoint_is_timed_beside_its_greedy_models_engin
             {"method": "engine greedy", "model": "base", "args": "--drafter none", "lossless": True},
             {"method": "heads", "model": "heads", "args": "--drafter blockwise", "lossless": True,
              "greedy_model": "base"}]
-    results = benchmark.run_benchmark(rows, tiny_corpus, tmp_path / "ckpt", tmp_path / "out", batch_sizes=[8],
-                                      runs=3, clock=clock, **quiet)
+    results = bench_harness.run_benchmark(rows, tiny_corpus, tmp_path / "ckpt", tmp_path / "out", batch_sizes=[8],
+                                          runs=3, clock=clock, **quiet)
     by = {r["method"]: r for r in results}
     assert by["heads"]["ratio_vs_engine_greedy"] == pytest.approx(1.25)
     assert by["heads"]["identical_to_greedy"] == 1.0
@@ -180,7 +183,7 @@ def test_a_control_row_is_the_engines_greedy_timed_beside_itself(tiny_corpus, tm
     assert by["engine greedy (A/A)"]["ratio_vs_engine_greedy"] == pytest.approx(1.25)
     assert by["engine greedy"]["ratio_vs_engine_greedy"] is None
     bad = [dict(rows[0], args="--task fast_translation --drafter input_copy")] + rows[1:]
-    with pytest.raises(benchmark.BenchmarkError, match="is a control: it must be the engine's greedy"):
+    with pytest.raises(bench_harness.BenchmarkError, match="is a control: it must be the engine's greedy"):
         run_stubs(bad, per_pass, tiny_corpus, tmp_path, monkeypatch)
 
 
@@ -218,12 +221,12 @@ def test_a_checkpoint_rewritten_between_two_rows_is_a_clear_error(tiny_corpus, t
             ckpt.write_text("weights at 12,500 updates")
         return StubRunner(row["method"], 0.1, clock, log)
 
-    monkeypatch.setattr(benchmark, "_load_runner", load)
+    monkeypatch.setattr(bench_harness, "_load_runner", load)
     rows = [{"method": "fairseq greedy", "model": "base", "baseline": True},
             {"method": "engine greedy", "model": "base", "args": "--drafter none", "lossless": True}]
-    with pytest.raises(benchmark.BenchmarkError, match="changed while the benchmark ran.*benchmark a copy"):
-        benchmark.run_benchmark(rows, tiny_corpus, tmp_path / "ckpt", tmp_path / "out", batch_sizes=[8],
-                                runs=1, clock=clock, **quiet)
+    with pytest.raises(bench_harness.BenchmarkError, match="changed while the benchmark ran.*benchmark a copy"):
+        bench_harness.run_benchmark(rows, tiny_corpus, tmp_path / "ckpt", tmp_path / "out", batch_sizes=[8],
+                                    runs=1, clock=clock, **quiet)
     assert log  # the first row ran: the check is at each row's load, not a refusal up front
 
 
@@ -294,7 +297,7 @@ def test_derived_memory_difference():
         {"method": "g", "corpus": "c", "batch_size": 32, "beam": 1, "baseline": True, "backend": "fairseq",
          "model": "m", "ratio_vs_greedy": 1.0, "peak_mem_mb": 300.0},
     ]
-    benchmark.add_derived_ratios(results)
+    bench_results.add_derived_ratios(results)
     assert results[1]["mem_vs_greedy"] == pytest.approx(40.5)
     assert results[2]["mem_vs_greedy"] == 0.0  # compared within its own batch size
     assert results[1].get("ratio_vs_ct2") is None and results[1].get("ratio_vs_beam5") is None
@@ -310,7 +313,7 @@ def test_ratio_vs_ct2_is_against_ctranslate2s_default_compute_type_not_int8():
     results = [row("g", 1.0, baseline=True), row("iad", 3.0),
                row("ct2", 1.5, backend="ctranslate2", compute_type="default"),
                row("ct2 int8", 4.0, backend="ctranslate2", compute_type="int8")]
-    benchmark.add_derived_ratios(results)
+    bench_results.add_derived_ratios(results)
     assert results[1]["ratio_vs_ct2"] == 2.0 and results[2]["ratio_vs_ct2"] == 1.0
     assert results[3]["ratio_vs_ct2"] == pytest.approx(4.0 / 1.5, abs=1e-3)
 
@@ -327,9 +330,9 @@ def test_rows_files_are_concatenated_in_order(tmp_path):
     b.write_text(json.dumps([dict(base), {"method": "y", "model": "m"}]))
     assert [r["method"] for r in bench_rows.load_rows([a, b])] == ["fairseq greedy", "x", "y"]
     b.write_text(json.dumps([{"method": "x", "model": "other"}]))
-    with pytest.raises(benchmark.BenchmarkError, match="defined differently"):
+    with pytest.raises(bench_harness.BenchmarkError, match="defined differently"):
         bench_rows.load_rows([a, b])
-    with pytest.raises(benchmark.BenchmarkError, match="not found"):
+    with pytest.raises(bench_harness.BenchmarkError, match="not found"):
         bench_rows.load_rows([tmp_path / "missing.json"])
 
 
@@ -345,7 +348,7 @@ def test_family_defaults_from_the_row():
     assert bench_rows.family_of({"method": "x", "args": "--drafter nar", "family": "orders"}) == "orders"
     # a reordered checkpoint knows its order: DOUBLETOPK alone marks the row as an order's search
     assert bench_rows.family_of({"method": "head-tail", "args": "--task fast_translation --double-topk"}) == "orders"
-    with pytest.raises(benchmark.BenchmarkError, match="unknown family"):
+    with pytest.raises(bench_harness.BenchmarkError, match="unknown family"):
         bench_rows.family_of({"method": "x", "family": "fast"})
 
 
@@ -415,14 +418,14 @@ def test_the_demos_rows_files_plan_together_once_every_model_ships():
 
 def test_plan_errors_before_anything_runs(tiny_corpus, tmp_path):
     rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "baseline": True}]
-    with pytest.raises(benchmark.BenchmarkError, match="both baselines"):
-        benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
+    with pytest.raises(bench_harness.BenchmarkError, match="both baselines"):
+        bench_harness.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
     rows = [{"method": "a", "model": "nothing", "baseline": True}, {"method": "b", "model": "nothing", "vs_beam5": True}]
-    with pytest.raises(benchmark.BenchmarkError, match="ratio_vs_beam5"):
-        benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
-    with pytest.raises(benchmark.BenchmarkError, match="not one of --batch-sizes"):  # it failed with a KeyError after the first row
-        benchmark.run_benchmark(rows[:1], tiny_corpus, tmp_path, tmp_path / "out", batch_sizes=(1,), quality_batch_size=64,
-                                **quiet)
+    with pytest.raises(bench_harness.BenchmarkError, match="ratio_vs_beam5"):
+        bench_harness.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
+    with pytest.raises(bench_harness.BenchmarkError, match="not one of --batch-sizes"):  # it failed with a KeyError after the first row
+        bench_harness.run_benchmark(rows[:1], tiny_corpus, tmp_path, tmp_path / "out", batch_sizes=(1,), quality_batch_size=64,
+                                    **quiet)
 
 
 def test_pareto_front():
@@ -514,8 +517,8 @@ def bench(tiny_corpus, tiny_model, tmp_path_factory):
         {"method": "CTranslate2 greedy", "path": str(tiny_model), "backend": "ctranslate2"},
     ]
     out = tmp_path_factory.mktemp("bench")
-    results = benchmark.run_benchmark(rows, tiny_corpus, None, out, batch_sizes=[1, 8], runs=2,
-                                      timed_sentences=16, device="cpu", threads=1, **quiet)
+    results = bench_harness.run_benchmark(rows, tiny_corpus, None, out, batch_sizes=[1, 8], runs=2,
+                                          timed_sentences=16, device="cpu", threads=1, **quiet)
     return results, out
 
 
@@ -582,8 +585,8 @@ def test_calls_per_token_of_lossless_drafting_rows(tiny_corpus, tiny_model, tmp_
         {"method": "IAD", "path": str(tiny_model), "lossless": True,
          "args": "--task fast_translation --drafter input_copy --block-size 10 --copy-ngram 2 --adaptive-block-size off"},
     ]
-    results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[1], runs=1,
-                                      timed_sentences=16, threads=1, memory=False, **quiet)
+    results = bench_harness.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[1], runs=1,
+                                          timed_sentences=16, threads=1, memory=False, **quiet)
     by = {r["method"]: r for r in results}
     engine, iad = by["engine greedy"], by["IAD"]
     assert engine["calls_per_token"] == 1.0 and engine["model_calls"] == engine["timed_tokens"]
@@ -599,8 +602,8 @@ def test_an_auto_row_says_which_drafter_it_kept_and_why(tiny_corpus, tiny_model,
          "lossless": True},
         {"method": "auto", "path": str(tiny_model), "args": "--task fast_translation --drafter auto", "lossless": True},
     ]
-    results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[4], runs=1,
-                                      timed_sentences=16, threads=1, memory=False, **quiet)
+    results = bench_harness.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[4], runs=1,
+                                          timed_sentences=16, threads=1, memory=False, **quiet)
     by = {r["method"]: r for r in results}
     assert "drafter_choice" not in by["engine greedy"]
     choice = by["auto"]["drafter_choice"]
@@ -617,8 +620,8 @@ def test_ctranslate2_greedy_matches_fairseq_greedy_quality(bench):
 
 def test_missing_checkpoint_is_a_clear_error(tiny_corpus, tmp_path):
     rows = [{"method": "x", "model": "nothing-here", "baseline": True}]
-    with pytest.raises(benchmark.BenchmarkError, match="not found; train it first"):
-        benchmark.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
+    with pytest.raises(bench_harness.BenchmarkError, match="not found; train it first"):
+        bench_harness.run_benchmark(rows, tiny_corpus, tmp_path, tmp_path / "out", **quiet)
 
 
 def test_empty_test_set_is_a_clear_error(tiny_corpus, tmp_path):
@@ -627,15 +630,15 @@ def test_empty_test_set_is_a_clear_error(tiny_corpus, tmp_path):
     for f in (tiny_corpus / "bin").iterdir():
         (corpus / "bin" / f.name).symlink_to(f)
     (corpus / "test.de").write_text("")
-    with pytest.raises(benchmark.BenchmarkError, match="empty"):
-        benchmark.Corpus(corpus)
+    with pytest.raises(bench_harness.BenchmarkError, match="empty"):
+        Corpus(corpus)
 
 
 def test_lossless_row_without_greedy_baseline_is_a_clear_error(tiny_corpus, tiny_model, tmp_path):
     rows = [{"method": "x", "path": str(tiny_model), "args": "--task fast_translation", "lossless": True}]
-    with pytest.raises(benchmark.BenchmarkError, match="no greedy baseline"):
-        benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[4], runs=1,
-                                timed_sentences=4, **quiet)
+    with pytest.raises(bench_harness.BenchmarkError, match="no greedy baseline"):
+        bench_harness.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[4], runs=1,
+                                    timed_sentences=4, **quiet)
 
 
 def test_quality_batch_size_reuses_one_full_pass_and_checks_lossless_rows(tiny_corpus, tiny_model, tmp_path):
@@ -644,9 +647,9 @@ def test_quality_batch_size_reuses_one_full_pass_and_checks_lossless_rows(tiny_c
         {"method": "engine greedy", "path": str(tiny_model), "args": "--task fast_translation --drafter none",
          "lossless": True},
     ]
-    results = benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[1, 8], runs=1,
-                                      timed_sentences=8, threads=1, max_len=(1.2, 10), quality_batch_size=8,
-                                      memory=False, **quiet)
+    results = bench_harness.run_benchmark(rows, tiny_corpus, None, tmp_path, batch_sizes=[1, 8], runs=1,
+                                          timed_sentences=8, threads=1, max_len=(1.2, 10), quality_batch_size=8,
+                                          memory=False, **quiet)
     by = {(r["method"], r["batch_size"]): r for r in results}
     assert [(r["method"], r["batch_size"]) for r in results][:2] == [("fairseq greedy", 8), ("fairseq greedy", 1)]
     for bs, compared in ((8, 120), (1, 8)):
@@ -693,11 +696,11 @@ def test_skip_missing_names_the_rows_left_out_under_the_table(tmp_path, monkeypa
     def fake_jobs(rows, data, checkpoints, out, *args, skipped=(), **kwargs):  # the decoding itself is tested above
         seen.update(rows=[r["method"] for r in rows], skipped=list(skipped))
         results = [{"method": r["method"], "corpus": "en-de", "beam": 1, "batch_size": 1} for r in rows]
-        benchmark.write_outputs(results, out, skipped)
+        bench_results.write_outputs(results, out, skipped)
         return results
 
-    monkeypatch.setattr(benchmark_jobs, "run_benchmark_jobs", fake_jobs)
-    monkeypatch.setattr(benchmark, "plot", lambda results, path: None)
+    monkeypatch.setattr(bench_jobs, "run_benchmark_jobs", fake_jobs)
+    monkeypatch.setattr(bench_results, "plot", lambda results, path: None)
     out = tmp_path / "out"
     out.mkdir()
     common = ["--rows", str(tmp_path / "rows.json"), "--data", str(tmp_path), "--checkpoints", str(ckpts),
@@ -720,10 +723,10 @@ def test_split_keeps_rows_that_share_a_key_together_and_balances_the_rest():
     rows = ["a1", "b1", "a2", "c1", "b2", "d1"]  # a row's key: its letter; c and d share "cd" too
     keys = {"a1": ["a"], "a2": ["a"], "b1": ["b"], "b2": ["b"], "c1": ["c", "cd"], "d1": ["d", "cd"]}
     weight = {"a1": 5, "a2": 5, "b1": 1, "b2": 1, "c1": 2, "d1": 2}
-    parts = benchmark_jobs.split(rows, keys.__getitem__, weight.__getitem__, 2)
+    parts = bench_jobs.split(rows, keys.__getitem__, weight.__getitem__, 2)
     assert sorted(parts) == [[0, 2], [1, 3, 4, 5]]  # a (10) alone; b (2) and c+d (4) beside it, in order
-    assert benchmark_jobs.split(rows, keys.__getitem__, weight.__getitem__, 9) == [[0, 2], [3, 5], [1, 4]]  # one part per unit
-    assert benchmark_jobs.split(rows, lambda r: ["all"], weight.__getitem__, 2) == [list(range(6))]
+    assert bench_jobs.split(rows, keys.__getitem__, weight.__getitem__, 9) == [[0, 2], [3, 5], [1, 4]]  # one part per unit
+    assert bench_jobs.split(rows, lambda r: ["all"], weight.__getitem__, 2) == [list(range(6))]
 
 
 def test_the_demos_rows_split_so_every_reference_runs_in_the_rows_own_job():
@@ -731,7 +734,7 @@ def test_the_demos_rows_split_so_every_reference_runs_in_the_rows_own_job():
     be an error or a ratio against nothing: every row's dependencies are in its own part."""
     rows = bench_rows.load_rows([REPO / "configs/benchmark/reference.json", REPO / "configs/benchmark/orders.json"])
     data, ckpts = REPO / "models/data/en-de", REPO / "models"
-    parts = benchmark_jobs.split(rows, lambda r: benchmark_jobs._row_keys(r, ckpts, data), lambda r: benchmark_jobs._row_weight(r, (1, 32)), 2)
+    parts = bench_jobs.split(rows, lambda r: bench_jobs._row_keys(r, ckpts, data), lambda r: bench_jobs._row_weight(r, (1, 32)), 2)
     assert len(parts) == 2 and sorted(i for p in parts for i in p) == list(range(len(rows)))
     part_of = {rows[i]["method"]: k for k, p in enumerate(parts) for i in p}
     for row in rows:
@@ -769,8 +772,8 @@ def test_jobs_give_one_processs_results_and_files(two_groups, tiny_corpus, tmp_p
     rows, _ = two_groups
     kw = dict(batch_sizes=[4], runs=1, timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))  # short: quick
     kw["skipped"] = ["'GAD' (its drafter not trained yet)"]  # named under the table, by one process or by the merge
-    one = benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "one", jobs=1, **kw, **quiet)
-    two = benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "two", jobs=2, **kw)
+    one = bench_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "one", jobs=1, **kw, **quiet)
+    two = bench_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "two", jobs=2, **kw)
     for folder in ("one", "two"):
         assert "- not run: 'GAD' (its drafter not trained yet)" in (tmp_path / folder / "results.md").read_text()
     assert [r["method"] for r in two] == [r["method"] for r in one] == ["greedy A", "greedy B", "engine A", "engine B"]
@@ -790,8 +793,8 @@ def test_jobs_give_one_processs_results_and_files(two_groups, tiny_corpus, tmp_p
 def test_a_failing_job_stops_the_run_with_its_error_and_writes_nothing(two_groups, tiny_corpus, tmp_path):
     rows, other = two_groups
     other.unlink()  # group B's checkpoint is gone: its job fails at its first row
-    with pytest.raises(benchmark.BenchmarkError, match="checkpoint .*other.* not found"):
-        benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
+    with pytest.raises(bench_harness.BenchmarkError, match="checkpoint .*other.* not found"):
+        bench_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, batch_sizes=[4], runs=1,
                                      timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6))
     assert not (tmp_path / "out").exists() or [p.name for p in (tmp_path / "out").iterdir()] == [LOCK]
 
@@ -801,7 +804,7 @@ def _fail_once_started(started, message):
 
     for _ in range(1200):  # until the other job runs (it cannot be this process: each job has its own)
         if Path(started).exists():
-            raise benchmark.BenchmarkError(message)
+            raise bench_harness.BenchmarkError(message)
         time.sleep(0.05)
     raise AssertionError("the other job never started")
 
@@ -824,8 +827,8 @@ def test_the_first_failing_process_stops_the_others(tmp_path):
     import os
 
     started, late = tmp_path / "started.pid", tmp_path / "late.txt"
-    with pytest.raises(benchmark.BenchmarkError, match="first"):
-        benchmark_jobs.run_in_processes(_job, [("fail", str(started), "first"), ("write", str(started), str(late), 30.0)],
+    with pytest.raises(bench_harness.BenchmarkError, match="first"):
+        bench_jobs.run_in_processes(_job, [("fail", str(started), "first"), ("write", str(started), str(late), 30.0)],
                                         poll=0.05)
     assert not late.exists()
     with pytest.raises(ProcessLookupError):  # the writer is gone, not sleeping on
@@ -834,13 +837,13 @@ def test_the_first_failing_process_stops_the_others(tmp_path):
 
 def test_jobs_refuse_a_gpu_and_a_bad_count_before_anything_runs(two_groups, tiny_corpus, tmp_path):
     rows, _ = two_groups
-    with pytest.raises(benchmark.BenchmarkError, match="use --jobs 1"):
-        benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, device="cuda")
-    with pytest.raises(benchmark.BenchmarkError, match="at least 1"):
-        benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=0)
-    assert benchmark_jobs.run_benchmark_jobs([], tiny_corpus, None, tmp_path / "none", jobs=2, **quiet) == []  # all skipped
-    with pytest.raises(benchmark.BenchmarkError, match="both baselines"):  # the plan is checked in the parent
-        benchmark_jobs.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
+    with pytest.raises(bench_harness.BenchmarkError, match="use --jobs 1"):
+        bench_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=2, device="cuda")
+    with pytest.raises(bench_harness.BenchmarkError, match="at least 1"):
+        bench_jobs.run_benchmark_jobs(rows, tiny_corpus, None, tmp_path / "out", jobs=0)
+    assert bench_jobs.run_benchmark_jobs([], tiny_corpus, None, tmp_path / "none", jobs=2, **quiet) == []  # all skipped
+    with pytest.raises(bench_harness.BenchmarkError, match="both baselines"):  # the plan is checked in the parent
+        bench_jobs.run_benchmark_jobs(rows + [dict(rows[0], method="greedy A2")], tiny_corpus, None, tmp_path / "out",
                                      jobs=2)
     assert not (tmp_path / "out").exists()
 
@@ -852,7 +855,7 @@ def test_results_are_replaced_whole_or_not_at_all(tmp_path):
     """A write that fails half-way (here a row that does not serialise; a full disk alike) leaves the earlier file."""
     (tmp_path / "results.jsonl").write_text('{"method": "earlier"}\n')
     with pytest.raises(TypeError):
-        benchmark.write_outputs([{"method": "a"}, {"method": "b", "bleu": object()}], tmp_path)
+        bench_results.write_outputs([{"method": "a"}, {"method": "b", "bleu": object()}], tmp_path)
     assert (tmp_path / "results.jsonl").read_text() == '{"method": "earlier"}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]  # no temporary file left
 
@@ -863,13 +866,13 @@ def test_an_output_that_cannot_be_written_is_found_before_any_decoding(two_group
     for jobs in (1, 2):
         out = tmp_path / f"out{jobs}"
         (out / "results.jsonl").mkdir(parents=True)  # where the results go, taken by a folder
-        with pytest.raises(benchmark.BenchmarkError, match="results.jsonl is not a file"):
-            benchmark_jobs.run_benchmark_jobs(rows, tiny_corpus, None, out, jobs=jobs, batch_sizes=[4], runs=1,
+        with pytest.raises(bench_harness.BenchmarkError, match="results.jsonl is not a file"):
+            bench_jobs.run_benchmark_jobs(rows, tiny_corpus, None, out, jobs=jobs, batch_sizes=[4], runs=1,
                                               timed_sentences=8, threads=1, memory=False, max_len=(0.0, 6),
                                               log=lambda *a, **k: lines.append(a))
     assert lines == []  # nothing decoded
-    with pytest.raises(benchmark.BenchmarkError, match="not a file"):  # run_benchmark itself checks too
-        benchmark.run_benchmark(rows[:1], tiny_corpus, None, tmp_path / "out1", batch_sizes=[4], runs=1, **quiet)
+    with pytest.raises(bench_harness.BenchmarkError, match="not a file"):  # run_benchmark itself checks too
+        bench_harness.run_benchmark(rows[:1], tiny_corpus, None, tmp_path / "out1", batch_sizes=[4], runs=1, **quiet)
 
 
 def _descendants(pid):

@@ -17,7 +17,7 @@ import torch
 from conftest import PLUGIN_DIR, REPO, fairseq_cli, run
 from engine_helpers import MAX_LEN_B, decode_all, engine, load, mismatches, mixed_batches, reference_greedy
 from fairseq_plugins.decoding.width_policy import WidthPolicy
-from scripts import distill as distill_script
+from scripts.lab.corpora import distilled_folder
 
 K = 4
 HEAD_TRAIN_ARGS = [
@@ -451,7 +451,7 @@ def test_a_shipped_distillation_restores_the_same_corpus_without_the_teacher(min
     out, _ = distilled
     record = json.loads((out / "distill.json").read_text())
     shipped = tmp_path / "shipped"
-    distill_script.ship(out, shipped, record)
+    distilled_folder.ship(out, shipped, record)
     assert sorted(p.name for p in shipped.iterdir()) == ["distill.json", "train.sub.de.xz"]
     log = run([sys.executable, str(REPO / "scripts" / "distill.py"), "--data", str(mini_corpus), "--restore",
                str(shipped), "--out", str(tmp_path / "again")]).stdout

@@ -3,7 +3,8 @@ import struct
 
 import pytest
 
-from scripts import build_message_corpus as bmc
+from scripts import build_message_corpus
+from scripts.lab.corpora import message_catalogs, offline_corpus
 
 
 def write_mo(path, messages):
@@ -42,7 +43,7 @@ def make_tree(root, n=40):
 
 def test_extract_filters_and_deduplicates(tmp_path):
     make_tree(tmp_path)
-    pairs, stats = bmc.extract_pairs(tmp_path, "en-de")
+    pairs, stats = message_catalogs.extract_pairs(tmp_path, "en-de")
     sources = [s for s, _ in pairs]
     assert len(pairs) == 40 and len(set(sources)) == 40
     assert ("Cannot open file number 7", "Datei Nummer 7 kann nicht geöffnet werden") in pairs
@@ -52,15 +53,15 @@ def test_extract_filters_and_deduplicates(tmp_path):
 
 def test_pt_pair_uses_both_translations_of_the_same_message(tmp_path):
     make_tree(tmp_path)
-    pairs, _ = bmc.extract_pairs(tmp_path, "pt_PT-pt_BR")
+    pairs, _ = message_catalogs.extract_pairs(tmp_path, "pt_PT-pt_BR")
     assert ("Ficheiro 3 guardado", "Arquivo 3 salvo") in pairs and len(pairs) == 40
 
 
 def test_split_is_deterministic_and_disjoint(tmp_path):
     make_tree(tmp_path)
-    pairs, _ = bmc.extract_pairs(tmp_path, "en-de")
-    a = bmc.split(pairs, 5, 3)
-    b = bmc.split(list(reversed(pairs)), 5, 3)
+    pairs, _ = message_catalogs.extract_pairs(tmp_path, "en-de")
+    a = offline_corpus.split(pairs, 5, 3)
+    b = offline_corpus.split(list(reversed(pairs)), 5, 3)
     assert a == b
     assert [len(a[k]) for k in ("train", "valid", "test")] == [32, 3, 5]
     assert not set(a["test"]) & set(a["train"]) and not set(a["valid"]) & set(a["train"])
@@ -69,8 +70,8 @@ def test_split_is_deterministic_and_disjoint(tmp_path):
 def test_full_build_writes_raw_subword_and_binarized(tmp_path):
     make_tree(tmp_path / "locale", n=120)
     out = tmp_path / "out"
-    stats, sizes = bmc.main(["--pair", "en-de", "--locale-dir", str(tmp_path / "locale"), "--out", str(out),
-                             "--test-size", "10", "--valid-size", "10", "--vocab-size", "300"])
+    stats, sizes = build_message_corpus.main(["--pair", "en-de", "--locale-dir", str(tmp_path / "locale"),
+                                              "--out", str(out), "--test-size", "10", "--valid-size", "10", "--vocab-size", "300"])
     assert sizes == {"train": 100, "valid": 10, "test": 10}
     assert (out / "test.de").read_text().count("\n") == 10
     assert (out / "spm.model").exists()
@@ -80,11 +81,11 @@ def test_full_build_writes_raw_subword_and_binarized(tmp_path):
 
 def test_no_catalogs_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="(?s)no translated message catalogs.*apt-get install"):
-        bmc.extract_pairs(tmp_path, "en-de")
+        message_catalogs.extract_pairs(tmp_path, "en-de")
 
 
 def test_too_few_pairs_is_a_clear_error(tmp_path):
     make_tree(tmp_path, n=5)
-    pairs, _ = bmc.extract_pairs(tmp_path, "en-de")
+    pairs, _ = message_catalogs.extract_pairs(tmp_path, "en-de")
     with pytest.raises(SystemExit, match="only 5 pairs"):
-        bmc.split(pairs, 10, 10)
+        offline_corpus.split(pairs, 10, 10)

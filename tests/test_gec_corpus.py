@@ -1,10 +1,10 @@
-"""The GEC-like corpus (scripts/build_gec_corpus.py): GEC's sentence lengths and edit rates, a
-deterministic build, and splits that never share a correct sentence."""
+"""The GEC-like corpus (scripts/build_gec_corpus.py, scripts/lab/corpora/gec_*.py): GEC's sentence lengths
+and edit rates, a deterministic build, and splits that never share a correct sentence."""
 from argparse import Namespace
 
 import pytest
 
-from scripts import build_gec_corpus as gec
+from scripts.lab.corpora import gec_corpus, gec_errors, stdlib_prose
 from scripts.corpus_edits import main as corpus_edits_main, summary
 
 
@@ -17,7 +17,7 @@ def _args(**kw):
 
 @pytest.fixture(scope="module")
 def sentences():
-    return gec.prose_sentences(gec.stdlib_texts(), 12, 50)
+    return stdlib_prose.prose_sentences(stdlib_prose.stdlib_texts(), 12, 50)
 
 
 def test_the_standard_library_gives_enough_long_prose_sentences(sentences):
@@ -34,23 +34,23 @@ def test_prose_filter_drops_code_and_keeps_prose():
              "    >>> len(x) == 3\n\n"
              "Call self.method_name() to do the thing that this sentence describes in many words.\n\n"
              "Short one."]
-    kept = gec.prose_sentences(texts, 5, 50)
+    kept = stdlib_prose.prose_sentences(texts, 5, 50)
     assert kept == ["Return the number of items in the container, counting every item that is not None."]
 
 
 def test_corruption_is_deterministic_and_edits_at_gecs_rate(sentences):
-    splits = gec.build_pairs(sentences, _args())
-    again = gec.build_pairs(sentences, _args())
+    splits = gec_corpus.build_pairs(sentences, _args())
+    again = gec_corpus.build_pairs(sentences, _args())
     assert splits == again
     stats = summary([s for s, _ in splits["test"]], [t for _, t in splits["test"]])
     assert 0.05 <= stats["edit_ratio_mean"] <= 0.10  # GEC's 5-10% of tokens edited
     assert 0.2 <= stats["unchanged"] <= 0.5  # some sentences left correct, as in GEC data
-    other_seed = gec.build_pairs(sentences, _args(seed=2))
+    other_seed = gec_corpus.build_pairs(sentences, _args(seed=2))
     assert other_seed["test"] != splits["test"]
 
 
 def test_splits_never_share_a_correct_sentence(sentences):
-    splits = gec.build_pairs(sentences, _args())
+    splits = gec_corpus.build_pairs(sentences, _args())
     targets = {name: {t for _, t in rows} for name, rows in splits.items()}
     assert not targets["train"] & targets["test"] and not targets["train"] & targets["valid"]
     assert not targets["valid"] & targets["test"]
@@ -60,15 +60,16 @@ def test_splits_never_share_a_correct_sentence(sentences):
 
 def test_every_edit_kind_occurs_and_correct_share_one_leaves_all_correct(sentences):
     sample = sentences[:400]
-    assert all(gec.corrupt(s, 1, 0, 1.0, 0.5) == (s, 0) for s in sample[:50])
-    corrupted = [gec.corrupt(s, 1, 0, 0.0, 0.3) for s in sample]
+    assert all(gec_errors.corrupt(s, 1, 0, 1.0, 0.5) == (s, 0) for s in sample[:50])
+    corrupted = [gec_errors.corrupt(s, 1, 0, 0.0, 0.3) for s in sample]
     pairs = list(zip(sample, (src for src, _ in corrupted)))
     assert all(edits > 0 for (ref, src), (_, edits) in zip(pairs, corrupted) if src != ref)
     assert sum(src != ref for ref, src in pairs) > 0.9 * len(pairs)
     assert any(len(src.split()) < len(ref.split()) for ref, src in pairs)  # drops
     assert any(len(src.split()) > len(ref.split()) for ref, src in pairs)  # doubles
-    assert any(f" {w} " in f" {src} " and f" {w} " not in f" {ref} " for ref, src in pairs for w in gec.PREPOSITIONS)
-    assert gec._suffix_change("returns") == "return" and gec._suffix_change("parsing") == "parsed"
+    assert any(f" {w} " in f" {src} " and f" {w} " not in f" {ref} " for ref, src in pairs
+               for w in gec_errors.PREPOSITIONS)
+    assert gec_errors._suffix_change("returns") == "return" and gec_errors._suffix_change("parsing") == "parsed"
 
 
 def test_corpus_edits_prints_corpora_side_by_side(tmp_path, capsys):

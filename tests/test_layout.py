@@ -66,3 +66,95 @@ def test_the_plugin_holds_no_lab_folder():
     left = [d for d in LAB if any((Path(PLUGIN_DIR) / d).rglob("*.py"))]
     assert not left, f"fairseq_plugins/ holds {', '.join(left)}: the lab lives in scripts/lab/"
     assert all((REPO / "scripts" / "lab" / d / "__init__.py").is_file() for d in LAB)
+
+
+COMMAND_LINES = 150  # a command is its parser plus a call into the lab: past this, its logic belongs in scripts/lab/
+
+
+def command_imports(path):
+    """``line: module`` of every import of ``path`` that reaches a command (``scripts.<name>``, or
+    ``scripts.pipelines...``): anything under ``scripts`` but the lab."""
+    def command(name):
+        return name.startswith("scripts.") and not (name == "scripts.lab" or name.startswith("scripts.lab."))
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "scripts" else [node.module]
+        else:
+            continue
+        found += [(node.lineno, n) for n in names if command(n)][:1]
+    return [f"{line}: {name}" for line, name in sorted(found)]
+
+
+def test_the_command_rule_sees_each_way_of_importing_a_command(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from scripts.lab.evaluation import corpus\nfrom scripts import lab\n\ndef f():\n"
+                      "    from scripts.reference_run import read_models\n\nimport scripts.benchmark\n"
+                      "from scripts import distill\nfrom scripts.pipelines import wmt\n")
+    assert command_imports(module) == ["5: scripts.reference_run", "7: scripts.benchmark", "8: scripts.distill",
+                                       "9: scripts.pipelines"]
+
+
+def test_no_lab_module_imports_a_command():
+    offenders = {str(p.relative_to(REPO)): found for p in sorted((REPO / "scripts" / "lab").rglob("*.py"))
+                 if (found := command_imports(p))}
+    assert not offenders, ("the lab must not import a command of scripts/; move what it needs into scripts/lab/ "
+                           f"and let the command import it from there: {offenders}")
+
+
+def test_the_commands_stay_thin():
+    commands = sorted((REPO / "scripts").glob("*.py")) + sorted((REPO / "scripts" / "pipelines").glob("*.py"))
+    assert len(commands) > 20  # the rule reads the commands where they are
+    long = {str(p.relative_to(REPO)): n for p in commands if (n := len(p.read_text().splitlines())) > COMMAND_LINES}
+    assert not long, (f"a command is its parser plus a call into the lab (at most {COMMAND_LINES} lines): move the "
+                      f"logic of {long} into scripts/lab/")
+
+
+def scripts_import_graph(root):
+    """{module: the modules under ``root/scripts`` it imports (at any depth)}, by dotted name; ``from P import
+    m`` is an import of the module P.m where that is a file, else of P."""
+    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (root / "scripts").rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                            for a in node.names}
+        graph[name] = sorted(t for t in targets if t in files and t != name)
+    return graph
+
+
+def import_circles(graph):
+    """Each circle of ``graph`` once, as the list of its modules from its smallest name."""
+    circles = set()
+
+    def walk(path):
+        for nxt in graph[path[-1]]:
+            if nxt == path[0]:
+                circles.add(tuple(path))
+            elif nxt > path[0] and nxt not in path:
+                walk(path + [nxt])
+
+    for start in sorted(graph):
+        walk([start])
+    return sorted(circles)
+
+
+def test_the_circle_rule_finds_a_lazy_circle(tmp_path):
+    (tmp_path / "scripts" / "lab").mkdir(parents=True)
+    (tmp_path / "scripts" / "a.py").write_text("from scripts.lab import b\n")
+    (tmp_path / "scripts" / "lab" / "b.py").write_text("def f():\n    from scripts.lab.c import x\n")
+    (tmp_path / "scripts" / "lab" / "c.py").write_text("import scripts.a\nx = 1\n")
+    assert import_circles(scripts_import_graph(tmp_path)) == [("scripts.a", "scripts.lab.b", "scripts.lab.c")]
+
+
+def test_no_import_circle_in_the_scripts():
+    circles = import_circles(scripts_import_graph(REPO))
+    assert not circles, f"modules of scripts/ that import each other (move the shared name where it belongs): {circles}"

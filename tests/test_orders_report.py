@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from scripts.lab.analysis.orders_report import BEYOND_PAPER, markdown, paper_entry, report_rows
-from scripts import benchmark, orders_report
+from scripts import orders_report
+from scripts.lab.evaluation import bench_harness
 
 PAPERS = {"ib": {"source": "paper A", "batch": 1, "beams": {"4": {"gap": -0.2, "speed": 1.9}}}}
 
@@ -102,9 +103,9 @@ def test_saved_translations_are_the_scored_ones_and_the_report_reads_them(tiny_c
             {"method": "engine", "path": str(tiny_model), "args": "--task fast_translation --drafter none",
              "lossless": True, "group": "orders"}]
     out = tmp_path / "out"
-    results = benchmark.run_benchmark(rows, tiny_corpus, None, out, batch_sizes=[4], runs=1, timed_sentences=8,
-                                      threads=1, memory=False, max_len=(0.0, 8), hypotheses=out / "hypotheses",
-                                      log=lambda *a, **k: None)
+    results = bench_harness.run_benchmark(rows, tiny_corpus, None, out, batch_sizes=[4], runs=1, timed_sentences=8,
+                                          threads=1, memory=False, max_len=(0.0, 8), hypotheses=out / "hypotheses",
+                                          log=lambda *a, **k: None)
     refs = (tiny_corpus / "test.de").read_text(encoding="utf-8").splitlines()
     for r in results:
         lines = (out / "hypotheses" / r["hypotheses"]).read_text(encoding="utf-8").splitlines()
@@ -131,9 +132,9 @@ def test_a_missing_translations_file_is_a_clear_error(tmp_path):
 
 def test_two_methods_that_would_share_a_translations_file_are_refused_up_front(tiny_corpus, tmp_path):
     rows = [{"method": "a: b", "baseline": True, "path": "x"}, {"method": "a b", "path": "x"}]
-    with pytest.raises(benchmark.BenchmarkError, match="one file"):
-        benchmark.run_benchmark(rows, tiny_corpus, None, tmp_path / "out", hypotheses=tmp_path / "h",
-                                log=lambda *a, **k: None)
+    with pytest.raises(bench_harness.BenchmarkError, match="one file"):
+        bench_harness.run_benchmark(rows, tiny_corpus, None, tmp_path / "out", hypotheses=tmp_path / "h",
+                                    log=lambda *a, **k: None)
     assert not (tmp_path / "out").exists()
 
 

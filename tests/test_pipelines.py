@@ -20,7 +20,7 @@ import torch
 
 from conftest import REPO
 from scripts.lab.evaluation import paper_plan
-from scripts import build_message_corpus as bmc
+from scripts.lab.corpora import message_catalogs
 from scripts.pipelines import corpus_prep
 from scripts.pipelines import table as table_driver
 
@@ -40,12 +40,13 @@ PER_SET = 12
 
 def catalog_pairs(lang, english_source=True, n=None):
     """(English, lang) or (lang, English) message pairs from /usr/share/locale, shuffled reproducibly."""
-    cat = bmc.collect("/usr/share/locale", [lang])
+    cat = message_catalogs.collect("/usr/share/locale", [lang])
     pairs = []
     for domain in sorted(cat):
         for msgid, msgstr in sorted(cat[domain].items()):
-            a, b = bmc.normalise(msgid), bmc.normalise(msgstr)
-            if bmc.keep_message(msgid) and bmc.keep_message(msgstr) and a != b and 2 <= len(a.split()) <= 25:
+            a, b = message_catalogs.normalise(msgid), message_catalogs.normalise(msgstr)
+            if (message_catalogs.keep_message(msgid) and message_catalogs.keep_message(msgstr) and a != b
+                    and 2 <= len(a.split()) <= 25):
                 pairs.append((a, b) if english_source else (b, a))
     if len(pairs) < 500:
         pytest.skip(f"too few translated '{lang}' catalogs under /usr/share/locale")

@@ -4,6 +4,7 @@ its tied embeddings stored once and no optimizer moments, and fairseq-train goes
 update count and learning rate; the replacement rule, the budget and the corpus check; the reference
 run reads the folder (a converged model is not trained again, a training without a run folder goes
 on from its snapshot)."""
+import argparse
 import json
 import re
 import shutil
@@ -16,6 +17,7 @@ import torch
 from conftest import PLUGIN_DIR, REPO, TINY_TRAIN_ARGS, fairseq_cli, run
 from scripts.lab.evaluation import reference_models as rm
 from scripts import reference_run
+from scripts.lab.training import checkpoints, model_list, orchestration, packing
 
 SHIPPED = rm.ReferenceModels(REPO / "models")
 
@@ -170,7 +172,7 @@ def test_a_role_is_frozen_once_and_never_replaced(tmp_path, tiny_model):
     assert rm.freeze(ckpts, "teacher", newer).read_bytes() == tiny_model.read_bytes()
     assert rm.freeze(ckpts, "verifier", newer).read_bytes() == newer.read_bytes()  # each role on its own
     # the convergence run's stage 2 reads the roles: the orders the teacher, the drafters the verifier
-    from scripts.reference_run import config_args, read_models
+    from scripts.lab.training.model_list import config_args, read_models
     for m in [m for name in ("convergence_kd.txt", "convergence_extra.txt")
               for m in read_models(REPO / "configs" / "reference" / name)]:
         words = " ".join(config_args(m["config"], "CK", "D", m["baseline"]) + m["extra"])
@@ -211,7 +213,7 @@ def test_frozen_blockwise_heads_ship_without_their_base_and_decode_as_it(tmp_pat
     assert store.offer(dict(entry("baseline", 300, converged=True, valid_bleu=1.0)), other, tiny_corpus)
     assert "not the one its heads were trained on" in store.problems()[0]
     with pytest.raises(bw.BlockwiseModelError, match="is none of"):
-        bw.shipped_base_state(reference_run.argparse.Namespace(
+        bw.shipped_base_state(argparse.Namespace(
             base_checkpoint=str(store.checkpoint("baseline")), base_sha256=store.entry("heads")["base_sha256"]))
 
 
@@ -227,13 +229,13 @@ def record_trainings(monkeypatch, command):
     """The reference run's trainings as ``command(m, args, gpu)``; returns name -> the command each started."""
     started = {}
 
-    class Recorder(reference_run.Job):
+    class Recorder(orchestration.Job):
         def __init__(self, name, cmd, log, env):
             started[name] = cmd
             super().__init__(name, cmd, log, env)
 
-    monkeypatch.setattr(reference_run, "train_command", command)
-    monkeypatch.setattr(reference_run, "Job", Recorder)
+    monkeypatch.setattr(orchestration, "train_command", command)
+    monkeypatch.setattr(orchestration, "Job", Recorder)
     return started
 
 
@@ -320,8 +322,8 @@ def test_a_model_in_training_goes_into_the_folder_every_n_updates_past_its_snaps
                 "t = p.with_suffix('.tmp'); t.write_text(json.dumps(c)); t.replace(p)"]  # atomic, as the scorer's
 
     record_trainings(monkeypatch, command)
-    monkeypatch.setattr(reference_run.ReferenceRun, "curve_command", score_one)
-    monkeypatch.setattr(reference_run.ReferenceRun, "pack_command", lambda self, name: [
+    monkeypatch.setattr(orchestration.ReferenceRun, "curve_command", score_one)
+    monkeypatch.setattr(orchestration.ReferenceRun, "pack_command", lambda self, name: [
         sys.executable, "-c", f"open({str(packed)!r}, 'a').write({name!r} + '\\n')"])
     reference_run.main(["--models", str(lst), "--data", str(data), "--out", str(out), "--parallel", "1",
                         "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference",
@@ -348,7 +350,7 @@ def test_a_model_without_a_curve_is_snapshotted_from_its_interval_checkpoints_wh
                 "[(f / f'checkpoint_1_{u}.pt').write_text('') for u in range(2000, 3001, 500)]; wait(2)"]
 
     record_trainings(monkeypatch, command)
-    monkeypatch.setattr(reference_run.ReferenceRun, "pack_command", lambda self, name: [
+    monkeypatch.setattr(orchestration.ReferenceRun, "pack_command", lambda self, name: [
         sys.executable, "-c", f"open({str(packed)!r}, 'a').write({name!r} + '\\n')"])
     reference_run.main(["--models", str(lst), "--data", str(data), "--out", str(out), "--parallel", "1",
                         "--poll-seconds", "0.05", "--models-dir", str(tmp_path / "models"), "--flatten-reference",
@@ -369,12 +371,12 @@ def test_a_snapshot_without_a_curve_packs_the_newest_whole_checkpoint(tmp_path, 
     (folder / f"checkpoint_1_{updates}.pt").symlink_to(tiny_model)
     last = folder / "checkpoint_last.pt"
     last.write_bytes(b"PK\x03\x04 half-written")
-    assert reference_run.snapshot_checkpoint(m, tmp_path, {"points": []}) == folder / f"checkpoint_1_{updates}.pt"
+    assert checkpoints.snapshot_checkpoint(m, tmp_path, {"points": []}) == folder / f"checkpoint_1_{updates}.pt"
     last.unlink()
     last.symlink_to(tiny_model)
-    assert reference_run.snapshot_checkpoint(m, tmp_path, {"points": []}) == last
+    assert checkpoints.snapshot_checkpoint(m, tmp_path, {"points": []}) == last
     (folder / f"checkpoint_1_{updates + 500}.pt").symlink_to(tiny_model)  # named newer than the last one's updates
-    assert reference_run.snapshot_checkpoint(m, tmp_path, {"points": []}) == folder / f"checkpoint_1_{updates + 500}.pt"
+    assert checkpoints.snapshot_checkpoint(m, tmp_path, {"points": []}) == folder / f"checkpoint_1_{updates + 500}.pt"
 
 
 def test_a_snapshot_packs_the_newest_scored_checkpoint_not_the_one_being_saved(tmp_path, tiny_corpus, tiny_model):
@@ -413,10 +415,10 @@ def test_a_model_without_a_curve_goes_into_the_folder_when_its_training_ends_and
         last = out / "checkpoints" / m["name"] / "checkpoint_last.pt"
         return [sys.executable, "-c", f"import pathlib, torch; p = pathlib.Path({str(last)!r}); "
                 f"p.parent.mkdir(parents=True, exist_ok=True); torch.save({{'optimizer_history': "
-                f"[{{'num_updates': {reference_run.max_update_of(m, args)}}}]}}, p)"]
+                f"[{{'num_updates': {model_list.max_update_of(m, args)}}}]}}, p)"]
 
     started = record_trainings(monkeypatch, command)
-    monkeypatch.setattr(reference_run.ReferenceRun, "pack_command", lambda self, name: [
+    monkeypatch.setattr(orchestration.ReferenceRun, "pack_command", lambda self, name: [
         sys.executable, "-c", f"open({str(packed)!r}, 'a').write({name!r} + '\\n')"])
     argv = ["--models", str(lst), "--data", str(data), "--out", str(out), "--parallel", "1", "--poll-seconds", "0.05",
             "--models-dir", str(tmp_path / "models"), "--flatten-reference", "none", "--max-update", "1000"]
@@ -473,4 +475,4 @@ def test_the_demos_model_lines_say_only_what_is_so():
     assert not [line for line in lines if "None" in line or "goes on from here" in line]
     for name, e in SHIPPED.models.items():
         assert (f"test BLEU {e['test_bleu']}" in SHIPPED.describe(name)) == (e["test_bleu"] is not None)
-    assert "goes on from here" not in reference_run.SNAPSHOT
+    assert "goes on from here" not in packing.SNAPSHOT

@@ -1,7 +1,8 @@
-"""scripts/reference_run.py: model lists (update fractions, curve beams and generation arguments,
-extra arguments), one model's learning curve scored incrementally from its interval checkpoints, and
-the orchestration: the convergence watch stops a training's process group, a converged model is not
-trained again, summary.json keeps the models of earlier runs, and no training outlives the command."""
+"""scripts/reference_run.py (its logic in scripts/lab/training/): model lists (update fractions, curve beams and
+generation arguments, extra arguments), one model's learning curve scored incrementally from its interval
+checkpoints, and the orchestration: the convergence watch stops a training's process group, a converged model
+is not trained again, summary.json keeps the models of earlier runs, and no training outlives the command."""
+import argparse
 import json
 import signal
 import subprocess
@@ -14,6 +15,8 @@ import pytest
 from conftest import REPO
 from scripts.lab.evaluation import jobs
 from scripts import reference_run
+from scripts.lab.training import checkpoints, frozen_roles, model_list, orchestration, train_command
+from scripts.lab.training import run as training_run
 
 
 def test_model_list_lines(tmp_path):
@@ -21,18 +24,18 @@ def test_model_list_lines(tmp_path):
     lst.write_text("# c\nbase configs/models/baseline.args en-de\n"
                    "ht configs/orders/head_tail.args kd updates=0.5 beam=10 generate=\"--double-topk --nbest 1\" "
                    "--init-from-l2r {CKPT}/base/checkpoint_best.pt  # a comment\n")
-    models = reference_run.read_models(lst)
+    models = model_list.read_models(lst)
     assert [m["name"] for m in models] == ["base", "ht"]
     assert models[0]["beam"] is None and models[0]["generate"] == "" and models[0]["update_scale"] == 1.0
     assert models[1]["update_scale"] == 0.5 and models[1]["extra"] == ["--init-from-l2r", "{CKPT}/base/checkpoint_best.pt"]
     assert models[1]["beam"] == 10 and models[1]["generate"] == "--double-topk --nbest 1"
-    args = reference_run.argparse.Namespace(out=str(tmp_path / "out"), data=str(tmp_path), max_update=1000, interval=100,
+    args = argparse.Namespace(out=str(tmp_path / "out"), data=str(tmp_path), max_update=1000, interval=100,
                                             seed=1, stop_minutes=0, train_args=[])
-    cmd = reference_run.train_command(models[1], args, gpu=False)
+    cmd = train_command.train_command(models[1], args, gpu=False)
     assert cmd[cmd.index("--max-update") + 1] == "500"
     assert cmd[cmd.index("--init-from-l2r") + 1] == str(tmp_path / "out" / "checkpoints" / "base" / "checkpoint_best.pt")
     assert not any("=" in w and not w.startswith("-") for w in cmd[cmd.index("--user-dir"):])  # no key reaches fairseq
-    curve_cmd = reference_run.ReferenceRun(models, reference_run.argparse.Namespace(
+    curve_cmd = orchestration.ReferenceRun(models, argparse.Namespace(
         out="o", data="d", skip_training=True, flatten_reference="none", curve_subset="valid", curve_beam=4),
         gpu=False).curve_command(models[1])
     assert curve_cmd[curve_cmd.index("--curve-beam") + 1] == "10" and "--generate=--double-topk --nbest 1" in curve_cmd
@@ -50,17 +53,17 @@ def test_bad_model_list_line_names_the_line(tmp_path, line, message):
     lst = tmp_path / "list.txt"
     lst.write_text(f"base cfg kd\n{line}\n")
     with pytest.raises(SystemExit) as err:
-        reference_run.read_models(lst)
+        model_list.read_models(lst)
     assert f"list.txt:2 ({line!r})" in str(err.value) and message in str(err.value)
 
 
 def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk():
     for name in ("convergence_kd.txt", "convergence_extra.txt", "orders.txt"):
-        models = {m["name"]: m for m in reference_run.read_models(REPO / "configs" / "reference" / name)}
+        models = {m["name"]: m for m in model_list.read_models(REPO / "configs" / "reference" / name)}
         if "head_tail" in models:
             assert models["head_tail"]["beam"] == 10 and models["head_tail"]["generate"] == "--double-topk", name
         assert all(m["beam"] is None for n, m in models.items() if n != "head_tail"), name
-    models = reference_run.read_models(REPO / "configs" / "reference" / "convergence_kd.txt")
+    models = model_list.read_models(REPO / "configs" / "reference" / "convergence_kd.txt")
     # a GAD drafter's checkpoint (--task nar_drafter) does not translate by itself, frozen heads translate as
     # their base does: no BLEU curve for them
     assert {m["name"] for m in models if not m["curve"]} == {m["name"] for m in models
@@ -69,7 +72,7 @@ def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk()
     # it flattened (the drafters, with no curve, may go first)
     assert [m["name"] for m in models if m["curve"]][0] == "l2r_kd"
     # what models/ ships trains first; the comparisons that do not ship (a list of their own) after the typo verifier
-    extra = {m["name"] for m in reference_run.read_models(REPO / "configs" / "reference" / "convergence_extra.txt")}
+    extra = {m["name"] for m in model_list.read_models(REPO / "configs" / "reference" / "convergence_extra.txt")}
     assert extra == {"ibdecoder_scratch", "gad_drafter", "gad_drafter_shallow_feat", "gad_drafter_shallow_eagle", "r2l",
                      "sa_l2r_c2"} and not extra & {m["name"] for m in models}
     # the set fits models/' 40 MiB with one drafter (stand-ins packed, 2026-11-27: 39.7 MiB)
@@ -82,13 +85,13 @@ def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk()
 def test_the_scorer_passes_over_a_model_without_a_curve(tmp_path, tiny_model):
     lst = tmp_path / "list.txt"
     lst.write_text("drafter cfg kd curve=no\nl2r cfg kd curve=yes\n")
-    models = reference_run.read_models(lst)
+    models = model_list.read_models(lst)
     assert [m["curve"] for m in models] == [False, True]
     for m in models:
         folder = tmp_path / "out" / "checkpoints" / m["name"]
         folder.mkdir(parents=True)
         (folder / "checkpoint_1_100.pt").symlink_to(tiny_model)
-    run = reference_run.ReferenceRun(models, reference_run.argparse.Namespace(
+    run = orchestration.ReferenceRun(models, argparse.Namespace(
         out=str(tmp_path / "out"), data=str(tmp_path), skip_training=True, flatten_reference="none",
         curve_subset="valid", curve_beam=4), gpu=False)
     run.curve_command = lambda m: [sys.executable, "-c", "pass"]
@@ -131,14 +134,14 @@ def test_curve_scores_only_new_checkpoints_and_skips_unreadable_ones(tmp_path, t
 def test_a_training_resumes_from_its_newest_readable_checkpoint(tmp_path, tiny_model):
     folder = tmp_path / "m"
     folder.mkdir()
-    assert reference_run.restore_file(folder) is None  # a fresh start
+    assert checkpoints.restore_file(folder) is None  # a fresh start
     (folder / "checkpoint_last.pt").symlink_to(tiny_model)
-    assert reference_run.restore_file(folder) is None  # fairseq's own checkpoint_last.pt
+    assert checkpoints.restore_file(folder) is None  # fairseq's own checkpoint_last.pt
     (folder / "checkpoint_last.pt").unlink()
     (folder / "checkpoint_last.pt").write_bytes(tiny_model.read_bytes()[:4096])  # killed while copying it
     (folder / "checkpoint_1_100.pt").symlink_to(tiny_model)
     (folder / "checkpoint_1_200.pt").write_bytes(tiny_model.read_bytes()[:4096])
-    assert reference_run.restore_file(folder) == folder / "checkpoint_1_100.pt"
+    assert checkpoints.restore_file(folder) == folder / "checkpoint_1_100.pt"
 
 
 def flat_curve(last_updates):
@@ -178,7 +181,7 @@ def test_watch_stops_a_converged_training_and_does_not_restart_it(tmp_path, monk
     lst.write_text("l2r_kd cfg kd\nr2l cfg kd\n")
     curves = {"l2r_kd": flat_curve(2500), "r2l": flat_curve(5000)}  # r2l is flat, but before 3 x 2,500
     seconds = {"l2r_kd": 60, "r2l": 2}
-    monkeypatch.setattr(reference_run, "train_command",
+    monkeypatch.setattr(orchestration, "train_command",
                         lambda m, args, gpu: fake_training(out, m["name"], curves[m["name"]], seconds[m["name"]]))
     out.mkdir()
     (out / "summary.json").write_text(json.dumps({"earlier": {"points": [], "converged": None}}))
@@ -208,11 +211,11 @@ def test_threads_reach_each_training(tmp_path, monkeypatch, capsys):
     lst = tmp_path / "list.txt"
     lst.write_text("typo cfg kd\n")
     note = "import os, pathlib; pathlib.Path({!r}).write_text(os.environ['OMP_NUM_THREADS'] + os.environ['MKL_NUM_THREADS'])"
-    monkeypatch.setattr(reference_run, "train_command",
+    monkeypatch.setattr(orchestration, "train_command",
                         lambda m, args, gpu: [sys.executable, "-c", note.format(str(tmp_path / "train_threads"))])
     argv = ["--models", str(lst), "--data", str(tmp_path), "--out", str(out), "--parallel", "1", "--poll-seconds", "0.1",
             "--flatten-reference", "none"]
-    monkeypatch.setattr(reference_run.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(training_run.os, "cpu_count", lambda: 2)
     reference_run.main(argv + ["--threads", "2"])
     assert (tmp_path / "train_threads").read_text() == "22"
     assert "warning" not in capsys.readouterr().out  # one training, 2 threads, 2 cores
@@ -225,11 +228,11 @@ def test_threads_reach_each_training(tmp_path, monkeypatch, capsys):
 def test_trainings_die_with_the_command(tmp_path, monkeypatch):
     """The finally: of the run stops every training it started (here: the command interrupted)."""
     out = tmp_path / "out"
-    monkeypatch.setattr(reference_run, "train_command",
+    monkeypatch.setattr(orchestration, "train_command",
                         lambda m, args, gpu: [sys.executable, "-c", "import time; time.sleep(60)"])
-    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
+    args = argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
                                             flatten_reference="l2r_kd", min_points=5, tolerance=0.3, poll_seconds=0.1)
-    run = reference_run.ReferenceRun([{"name": "a", "curve": True}, {"name": "b", "curve": True}], args, gpu=False)
+    run = orchestration.ReferenceRun([{"name": "a", "curve": True}, {"name": "b", "curve": True}], args, gpu=False)
     groups = []
 
     def interrupted(seconds):  # the run's first pause (stop() waits with time.sleep, too)
@@ -239,7 +242,7 @@ def test_trainings_die_with_the_command(tmp_path, monkeypatch):
         sleep(seconds)
 
     sleep = time.sleep
-    monkeypatch.setattr(reference_run.time, "sleep", interrupted)
+    monkeypatch.setattr(orchestration.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run.run()
     assert len(groups) == 2 and not any(group_alive(g) for g in groups)
@@ -276,9 +279,9 @@ def test_a_model_without_a_reference_converges_at_three_times_where_its_own_curv
     curve = {"name": "typo", "points": [{"updates": u, "valid_loss": None, "bleu": b, "bp": 1.0} for u, b in bleus.items()],
              "converged": {"updates": 3000, "min_points": 4, "tolerance": 0.3, "min_updates": 0, "reference": None}}
     (out / "typo" / "curve.json").write_text(json.dumps(curve))
-    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=True,
+    args = argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=True,
                                             flatten_reference="self", min_points=4, tolerance=0.3)
-    run = reference_run.ReferenceRun([{"name": "typo", "curve": True}], args, gpu=False)
+    run = orchestration.ReferenceRun([{"name": "typo", "curve": True}], args, gpu=False)
     run.watch()
     assert "typo" not in run.converged and "converged" not in json.loads((out / "typo" / "curve.json").read_text())
     for updates, bleu in ((4000, 73.4), (5000, 74.7), (7000, 76.1), (8500, 76.9), (8500 + 250, 77.0)):
@@ -306,7 +309,7 @@ def test_a_training_at_its_max_update_is_not_started_again(tmp_path, monkeypatch
     for name, updates in (("done", 1000), ("half", 999)):
         (out / "checkpoints" / name).mkdir(parents=True)
         torch.save({"optimizer_history": [{"num_updates": updates}]}, out / "checkpoints" / name / "checkpoint_last.pt")
-    monkeypatch.setattr(reference_run, "train_command",
+    monkeypatch.setattr(orchestration, "train_command",
                         lambda m, args, gpu: fake_training(out, m["name"], flat_curve(100), 0))
     reference_run.main(["--models", str(lst), "--data", str(tmp_path), "--out", str(out), "--parallel", "2",
                         "--poll-seconds", "0.1", "--max-update", "1000", "--flatten-reference", "none"])
@@ -320,7 +323,7 @@ def test_an_exported_checkpoint_loads_with_fairseq(tmp_path, tiny_corpus, tiny_m
 
     (tmp_path / "out" / "checkpoints" / "m").mkdir(parents=True)
     (tmp_path / "out" / "checkpoints" / "m" / "checkpoint_best.pt").symlink_to(tiny_model)
-    reference_run.export([{"name": "m", "corpus": tiny_corpus.name}], tmp_path / "out", tmp_path / "export", tiny_corpus.parent)
+    checkpoints.export([{"name": "m", "corpus": tiny_corpus.name}], tmp_path / "out", tmp_path / "export", tiny_corpus.parent)
     exported = tmp_path / "export" / "m" / "checkpoint_best.pt"
     assert torch_load(exported)["last_optimizer_state"] is None
     models, _ = checkpoint_utils.load_model_ensemble([str(exported)], arg_overrides={"data": str(tiny_corpus / "bin")})
@@ -366,10 +369,10 @@ def test_on_a_new_machine_the_orders_floor_comes_from_the_shipped_reference_curv
     learning_curve.write(out / "ibdecoder" / "curve.json", {"points": order})
 
     def run_with(models_dir):
-        args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=True, parallel=1,
+        args = argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=True, parallel=1,
                                                 flatten_reference="l2r_kd", max_update=30000, min_points=5,
                                                 tolerance=0.3, models_dir=models_dir)
-        run = reference_run.ReferenceRun(models, args, gpu=False)
+        run = orchestration.ReferenceRun(models, args, gpu=False)
         run.log = lambda line: None
         return run
 
@@ -389,13 +392,13 @@ def test_a_model_whose_frozen_role_is_missing_waits_for_a_later_run(tmp_path, ca
     not started (and not failed) until it exists."""
     lst = tmp_path / "list.txt"
     lst.write_text("drafter configs/models/gad_drafter_shallow.args en-de baseline=verifier curve=no\n")
-    (m,) = reference_run.read_models(lst)
-    args = reference_run.argparse.Namespace(out=str(tmp_path / "ref"), data=str(tmp_path), max_update=10, interval=5,
+    (m,) = model_list.read_models(lst)
+    args = argparse.Namespace(out=str(tmp_path / "ref"), data=str(tmp_path), max_update=10, interval=5,
                                             seed=1, stop_minutes=0, train_args=[], parallel=1, skip_training=False,
                                             flatten_reference="none", models_dir=None)
-    needs = reference_run.missing_inputs(reference_run.train_command(m, args, gpu=False), tmp_path / "ref" / "checkpoints")
+    needs = train_command.missing_inputs(train_command.train_command(m, args, gpu=False), tmp_path / "ref" / "checkpoints")
     assert needs == [str(tmp_path / "ref" / "checkpoints" / "verifier" / "checkpoint_best.pt")]
-    run = reference_run.ReferenceRun([m], args, gpu=False)
+    run = orchestration.ReferenceRun([m], args, gpu=False)
     run.start_trainings()
     assert not run.trainings and run.waiting == {"drafter": needs} and not run.pending
 
@@ -418,14 +421,14 @@ def test_a_pinned_teacher_comes_from_the_repositorys_history_checked_by_sha256(t
     (repo / "model.pt").write_bytes(b"new weights")  # the working tree moved on
     pin = tmp_path / "teacher.txt"
     pin.write_text(f"# c\n{commit} model.pt {hashlib.sha256(b'old weights').hexdigest()}\n")
-    dest = reference_run.pinned_checkpoint(pin, tmp_path / "out.pt", repo)
+    dest = frozen_roles.pinned_checkpoint(pin, tmp_path / "out.pt", repo)
     assert dest.read_bytes() == b"old weights"
     pin.write_text(f"{commit} model.pt {hashlib.sha256(b'new weights').hexdigest()}\n")
     with pytest.raises(SystemExit, match="does not have the sha256"):
-        reference_run.pinned_checkpoint(pin, tmp_path / "out2.pt", repo)
+        frozen_roles.pinned_checkpoint(pin, tmp_path / "out2.pt", repo)
     pin.write_text(f"{'0' * 40} model.pt {hashlib.sha256(b'old weights').hexdigest()}\n")
     with pytest.raises(SystemExit, match="git fetch --unshallow"):
-        reference_run.pinned_checkpoint(pin, tmp_path / "out3.pt", repo)
+        frozen_roles.pinned_checkpoint(pin, tmp_path / "out3.pt", repo)
     assert not (tmp_path / "out2.pt").exists() and not (tmp_path / "out3.pt").exists()
 
 
@@ -435,13 +438,13 @@ def test_runs_side_by_side_share_the_training_slots(tmp_path, monkeypatch):
     from scripts.lab.evaluation.jobs import TrainingSlots
 
     out = tmp_path / "out"
-    monkeypatch.setattr(reference_run, "train_command",
+    monkeypatch.setattr(orchestration, "train_command",
                         lambda m, args, gpu: [sys.executable, "-c", "import time; time.sleep(60)"])
-    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
+    args = argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
                                             flatten_reference="none", max_update=10, models_dir=None)
     other = TrainingSlots(out / "slots", 2)  # the run beside this one trains a model
     assert other.take("baseline")
-    run = reference_run.ReferenceRun([{"name": n, "curve": True} for n in ("l2r_kd", "ibdecoder")], args, gpu=False)
+    run = orchestration.ReferenceRun([{"name": n, "curve": True} for n in ("l2r_kd", "ibdecoder")], args, gpu=False)
     try:
         run.start_trainings()
         assert list(run.trainings) == ["l2r_kd"] and [m["name"] for m in run.pending] == ["ibdecoder"]
@@ -468,12 +471,12 @@ def test_the_floor_warning_names_only_models_the_rule_judges(tmp_path):
     from scripts.lab.evaluation import learning_curve
 
     out = tmp_path / "out"
-    args = reference_run.argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
+    args = argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1,
                                             flatten_reference="l2r_kd", max_update=1000, min_points=5, tolerance=0.3)
     models = [{"name": "l2r_kd", "curve": True, "update_scale": 1.0},
               {"name": "ibdecoder", "curve": True, "update_scale": 1.0},
               {"name": "drafter", "curve": False, "update_scale": 0.2}]
-    run = reference_run.ReferenceRun(models, args, gpu=False)
+    run = orchestration.ReferenceRun(models, args, gpu=False)
     logged = []
     run.log = logged.append
     points = [{"updates": 100 * i, "bleu": b} for i, b in enumerate([10.0, 20.0, 30.0, 35.0, 35.1], 1)]

@@ -3,6 +3,7 @@
 checkpoint averager, the CTranslate2 conversion) reads it with ``compat.load_checkpoint`` (torch's
 safe loader and fairseq's classes), so a crafted file that would run code when unpickled is refused
 with a one-line error naming it, and the code never runs."""
+import argparse
 import os
 import shlex
 from pathlib import Path
@@ -14,6 +15,7 @@ from fairseq_plugins import compat
 from scripts.lab.evaluation import reference_models as rm
 from scripts.lab.evaluation import runners
 from scripts import average_checkpoints, reference_run
+from scripts.lab.training import checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,10 +86,10 @@ def test_a_run_folders_checkpoints_are_refused(tmp_path, crafted):
     save_dir.mkdir()
     last = save_dir / "checkpoint_last.pt"
     path.rename(last)
-    refused(lambda: reference_run.trained_updates(save_dir), last, marker)
-    refused(lambda: reference_run.readable(last), last, marker)
-    refused(lambda: reference_run.checkpoint_updates(last), last, marker)
-    refused(lambda: reference_run.restore_file(save_dir), last, marker)
+    refused(lambda: checkpoints.trained_updates(save_dir), last, marker)
+    refused(lambda: checkpoints.readable(last), last, marker)
+    refused(lambda: checkpoints.checkpoint_updates(last), last, marker)
+    refused(lambda: checkpoints.restore_file(save_dir), last, marker)
 
 
 def test_models_dir_offer_and_strip_refuse_it(tmp_path, crafted):
@@ -106,7 +108,7 @@ def test_a_shipped_checkpoint_read_beside_frozen_heads_is_refused(tmp_path, craf
     store.checkpoint("other").parent.mkdir(parents=True)
     path.rename(store.checkpoint("other"))
     staged = tmp_path / "heads.pt"
-    cfg = {"model": reference_run.argparse.Namespace(arch="blockwise_transformer", freeze_base=True)}
+    cfg = {"model": argparse.Namespace(arch="blockwise_transformer", freeze_base=True)}
     torch.save({"cfg": cfg, "model": {"w": torch.zeros(2)}}, staged)
     refused(lambda: store._share_frozen_base(staged, "heads"), store.checkpoint("other"), marker)
 

@@ -2,12 +2,13 @@
 air-gapped GPU machine.  ``--user-dir fairseq_plugins`` loads the plugin only; the lab imports the
 plugin, never the reverse (tests/test_layout.py checks it).
 
-- :mod:`.evaluation`: checkpoints decoded in-process, corpora read back with BLEU, the benchmark's
-  rows and runners, reference models, learning curves, profiles and timing;
+- :mod:`.evaluation`: checkpoints decoded in-process, corpora read back with BLEU, the benchmark
+  (rows, harness, results, ``--jobs``) and its runners, reference models, learning curves, profiles and timing;
 - :mod:`.offline`: the offline bundle, the limits of what travels, the evidence parts (docs/GPU.md);
-- :mod:`.corpora`: corpus preparation shared by the corpus builders and the paper pipelines;
+- :mod:`.training`: reference runs trained to convergence, their curves, and models/ packed;
+- :mod:`.corpora`: corpus preparation: the corpus builders, distillation and the paper pipelines;
 - :mod:`.analysis`: diagnostics of trained models (order errors, slot accuracy, BLEU gaps);
-- :mod:`.viz`: DDGviz and the speed-vs-BLEU figure.
+- :mod:`.viz`: DDGviz, the speed-vs-BLEU figure and learning curves.
 
 The commands in scripts/ are thin over the plugin and the lab.
 """

@@ -20,4 +20,10 @@ extracting raw corpora and test sets), :mod:`.text` (tokenisation, segmentation 
 applied to files in worker processes; the length filter), :mod:`.subwords` (learning BPE and
 sentencepiece models), :mod:`.binarize` (fairseq-preprocess), :mod:`.views` (reversed and
 dev-as-test views of a prepared folder).
+
+The offline corpus builders' logic: :mod:`.message_catalogs` (pairs from gettext catalogs; the message
+corpus), :mod:`.offline_corpus` (their hash split, joint subwords and binarization), :mod:`.typos` (a
+keyboard typo), :mod:`.stdlib_prose`, :mod:`.gec_errors` and :mod:`.gec_corpus` (the GEC-like corpus);
+distillation's: :mod:`.distillation` (the teacher's shards) and :mod:`.distilled_folder` (the distilled
+folder, shipped and restored).
 """

@@ -7,7 +7,8 @@ import shlex
 from pathlib import Path
 
 from scripts.lab.evaluation import EvaluationError as BenchmarkError  # bad input; the message says how to fix it
-from scripts.lab.viz.speed_vs_bleu import FAMILIES  # anchors, orders, draft-and-verify, non-autoregressive
+
+FAMILIES = ("anchors", "orders", "draft-and-verify", "non-autoregressive")  # a row's method family: the plot's marker
 
 
 def per_model(row):

@@ -43,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+from scripts.lab.offline.report import code
+
 REPO = Path(__file__).resolve().parents[3]
 MODEL, TINY, CORPUS = "gec_base", "gec_tiny", "gec-en"
 MODELS_LIST = REPO / "configs" / "reference" / "gec.txt"
@@ -201,7 +203,7 @@ class BasePart:
 
     def train_command(self, stop_hours):
         from scripts.lab.evaluation.generation import PLUGIN_DIR
-        from scripts.reference_run import config_args
+        from scripts.lab.training.model_list import config_args
 
         ev = self.ev
         m = ev.read_models(ev.recipe_list(MODELS_LIST))[MODEL]  # the GPU recipe's --max-tokens and --lr in extra
@@ -218,7 +220,7 @@ class BasePart:
 
     def train(self, window):
         from scripts.lab.evaluation import train_log
-        from scripts.reference_run import trained_updates
+        from scripts.lab.training.checkpoints import trained_updates
 
         stop_hours = max(1.0, window - TRAIN_OVERHEAD) / 3600
         cmd, config, portable = self.train_command(stop_hours)
@@ -423,7 +425,7 @@ def merged(results):
     size): a baseline several units ran is kept once (the first finished unit's); every other row keeps
     the ratios of its own unit; the derived ratios (× CT2, × beam 5) are taken again over the table."""
     from scripts.lab.evaluation.bench_rows import load_rows
-    from scripts.benchmark import add_derived_ratios
+    from scripts.lab.evaluation.bench_results import add_derived_ratios
 
     order = {r["method"]: i for i, r in enumerate(load_rows([ROWS]))}
     seen, out = set(), []
@@ -452,12 +454,6 @@ def table(rows):
         cells = dict(r, method=r["method"].split(": ", 1)[-1])
         lines.append("| " + " | ".join("–" if cells.get(k) is None else str(cells[k]) for k, _ in COLUMNS) + " |")
     return head + "\n".join(lines) if lines else "(no rows finished)"
-
-
-def code(text):
-    from scripts.lab.offline.evidence import code as fenced
-
-    return fenced(text)
 
 
 def test_bleu(checkpoint, corpus, device, batch_size, fp16):

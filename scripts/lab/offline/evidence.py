@@ -35,6 +35,7 @@ from scripts.lab.evaluation.jobs import Job, exit_on_sigterm, job_env
 from scripts.lab.evaluation.reference_models import freeze, pack_checkpoint
 from scripts.lab.offline import base_size, limits
 from scripts.lab.offline.bundle import TEACHER
+from scripts.lab.offline.report import Report, code
 
 REPO = Path(__file__).resolve().parents[3]
 RECIPE = REPO / "configs" / "gpu" / "recipe.json"
@@ -61,35 +62,6 @@ class Deadline:
 
     def left(self):
         return self.end - time.time() - RESERVE
-
-
-class Report:
-    """OUT/summary.md and OUT/results.jsonl, rewritten / appended after every step, so that a run cut
-    off at any point leaves what it finished.  Another part's section and records are kept."""
-
-    def __init__(self, out, part):
-        self.out, self.part = Path(out), part
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.marker = f"<!-- part: {part} -->"
-        old = (self.out / "summary.md").read_text() if (self.out / "summary.md").exists() else ""
-        self.other = "".join("<!-- part: " + s for s in old.split("<!-- part: ")[1:] if not s.startswith(f"{part} -->"))
-        self.sections = []
-        results = self.out / "results.jsonl"
-        if results.exists():  # a part run again replaces its own records, keeps the other part's
-            kept = [line for line in results.read_text().splitlines() if json.loads(line).get("part") != part]
-            results.write_text("".join(line + "\n" for line in kept))
-
-    def add(self, title, text, records=()):
-        self.sections.append(f"### {title}\n\n{text.rstrip()}\n")
-        with open(self.out / "results.jsonl", "a") as f:
-            for r in records:
-                f.write(json.dumps(dict(r, part=self.part), default=str) + "\n")
-        mine = f"{self.marker}\n## {self.part}\n\n" + "\n".join(self.sections) + "\n"
-        (self.out / "summary.md").write_text(f"# GPU evidence (issue 32)\n\n{self.other}{mine}")
-
-
-def code(text):
-    return f"```\n{text.rstrip()}\n```"
 
 
 class Evidence:
@@ -236,14 +208,14 @@ class Evidence:
                         + table + note, rows)
 
     def read_models(self, path):
-        from scripts.reference_run import read_models
+        from scripts.lab.training.model_list import read_models
 
         return {m["name"]: m for m in read_models(path)}
 
     def recipe_list(self, source):
         """``source`` (a model list) with the GPU recipe in every line: its config's --max-tokens x
         batch_scale and --lr x lr_scale (configs/gpu/recipe.json), written to the work folder."""
-        from scripts.reference_run import config_args
+        from scripts.lab.training.model_list import config_args
 
         recipe = json.loads(RECIPE.read_text())
         lines = []
@@ -266,7 +238,7 @@ class Evidence:
         """Stage 1's models (configs/reference/convergence_gold.txt, under the GPU recipe) that models/
         lacks (``shipped``: the names it has), trained side by side for half the time left (no curves), so that the speed rows have
         models to decode."""
-        from scripts.reference_run import train_command
+        from scripts.lab.training.train_command import train_command
 
         models = {n: m for n, m in self.read_models(self.recipe_list(GOLD)).items() if n not in shipped}
         minutes = 0.5 * self.deadline.left() / 60
@@ -352,7 +324,7 @@ class Evidence:
         """Stage 1's baseline (its exported checkpoint, the one packed) as every role of stage 2's list:
         teacher, warm start, the drafters' verifier; the teacher is the bundled corpus's own when the
         bundle carries the distilled corpus.  Returns the teacher."""
-        from scripts.reference_run import exported_checkpoint
+        from scripts.lab.training.checkpoints import exported_checkpoint
 
         checkpoints = self.work / "ref" / "checkpoints"
         baseline = exported_checkpoint(self.read_models(GOLD)["baseline"], self.work / "ref", self.data)
@@ -379,7 +351,7 @@ class Evidence:
         """Every trained model's checkpoint (reference_run's choice: where it converged, else its best or
         last) as CHECKPOINTS/<name>/checkpoint_best.pt packed as models/ keeps them (fp16, tied embeddings
         once, no optimizer moments, resumable: reference_models.pack_checkpoint)."""
-        from scripts.reference_run import exported_checkpoint
+        from scripts.lab.training.checkpoints import exported_checkpoint
 
         done = []
         for source in (GOLD, KD):
@@ -395,7 +367,7 @@ class Evidence:
         """Test BLEU of every order (and the L2R control) at greedy and at its beam, gap to L2R-KD."""
         from scripts.lab.evaluation.corpus import Corpus
         from scripts.lab.evaluation.runners import FairseqRunner
-        from scripts.reference_run import CURVE_GENERATE
+        from scripts.lab.training.curve_scoring import CURVE_GENERATE
 
         models = {n: m for n, m in self.read_models(KD).items() if m["curve"]
                   and (self.checkpoints / n / "checkpoint_best.pt").exists()}

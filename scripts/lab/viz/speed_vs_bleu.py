@@ -16,9 +16,9 @@ import textwrap
 from pathlib import Path
 
 from scripts.lab.corpora.files import AtomicBinary
+from scripts.lab.evaluation.bench_rows import FAMILIES, is_control
 from scripts.lab.viz.pyplot import pyplot
 
-FAMILIES = ("anchors", "orders", "draft-and-verify", "non-autoregressive")
 MARKERS = {"anchors": "s", "orders": "^", "draft-and-verify": "o", "non-autoregressive": "D"}
 COLOURS = {"anchors": "#555555", "orders": "#1f77b4", "draft-and-verify": "#d95f02", "non-autoregressive": "#2ca02c"}
 REQUIRED = ("method", "corpus", "batch_size", "beam", "bleu", "ratio_vs_greedy")  # what the figure reads of a row
@@ -64,8 +64,6 @@ def read_results(path):
 
 def plotted(results):
     """The rows the figure shows: a BLEU and a speed ratio, not an A/A control."""
-    from scripts.lab.evaluation.bench_rows import is_control  # (bench_rows reads FAMILIES from here)
-
     return [r for r in results if r.get("bleu") is not None and r.get("ratio_vs_greedy") and not is_control(r)]
 
 

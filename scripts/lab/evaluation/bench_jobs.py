@@ -1,4 +1,4 @@
-"""A benchmark's rows in several processes, one per CPU core (``benchmark.py --jobs``).
+"""A benchmark's rows in several processes, one per CPU core (``python -m scripts.benchmark --jobs``).
 
 Rows that depend on each other stay in one process: :func:`split` joins every two rows that share a
 key (the benchmark's keys: a corpus and group, whose baselines the other rows are timed against, and
@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from scripts.lab.evaluation import bench_rows
+from scripts.lab.evaluation.bench_harness import RUNS, BenchmarkError, run_benchmark
+from scripts.lab.evaluation.bench_results import OUTPUTS, add_derived_ratios, write_outputs
 from scripts.lab.evaluation.jobs import die_with_parent
 from scripts.lab.evaluation.out_folder import claimed
-from scripts import benchmark as bench
 
 
 def split(rows, keys_of, weight_of, jobs):
@@ -65,27 +66,27 @@ def run_in_processes(target, calls, poll=0.2):
         return [p.get() for p in pending]
 
 
-def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32), runs=bench.RUNS, device="cpu",
+def run_benchmark_jobs(rows, data, checkpoints, out, jobs=1, batch_sizes=(1, 32), runs=RUNS, device="cpu",
                        threads=None, log=print, **kwargs):
-    """``benchmark.run_benchmark`` with the rows split over ``jobs`` processes side by side (CPU cores), each
+    """``bench_harness.run_benchmark`` with the rows split over ``jobs`` processes side by side (CPU cores), each
     a whole benchmark of the rows that depend on each other (:func:`_row_keys`); the results, their
     order and the files in ``out`` are those of one process, each row recording ``jobs``."""
     if jobs < 1:
-        raise bench.BenchmarkError(f"--jobs must be at least 1 (got {jobs})")
+        raise BenchmarkError(f"--jobs must be at least 1 (got {jobs})")
     if jobs > 1 and str(device).startswith("cuda"):
-        raise bench.BenchmarkError("--jobs runs rows side by side on the CPU's cores; on a GPU they would share "
-                                   "one device and each other's timings: use --jobs 1")
+        raise BenchmarkError("--jobs runs rows side by side on the CPU's cores; on a GPU they would share "
+                             "one device and each other's timings: use --jobs 1")
     bench_rows.checked_plan(rows, data, batch_sizes, runs, kwargs.get("quality_batch_size"),  # before any job starts
-                       kwargs.get("hypotheses"))
-    with claimed(out, bench.OUTPUTS):  # one run per --out (its .jobs folder, its files), writable before any decoding
+                            kwargs.get("hypotheses"))
+    with claimed(out, OUTPUTS):  # one run per --out (its .jobs folder, its files), writable before any decoding
         return _run_jobs(rows, data, checkpoints, out, jobs, batch_sizes, runs, device, threads, log, **kwargs)
 
 
 def _run_jobs(rows, data, checkpoints, out, jobs, batch_sizes, runs, device, threads, log, **kwargs):
     parts = split(rows, lambda r: _row_keys(r, checkpoints, data), lambda r: _row_weight(r, batch_sizes), jobs)
     if len(parts) <= 1:  # one unit, or no rows at all
-        return bench.run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads,
-                                   log=log, **kwargs)
+        return run_benchmark(rows, data, checkpoints, out, batch_sizes, runs, device=device, threads=threads,
+                             log=log, **kwargs)
     threads = threads or max(1, (os.cpu_count() or 1) // len(parts))  # the cores shared out, not oversubscribed
     for k, part in enumerate(parts, 1):
         log(f"[bench] job {k} of {len(parts)} ({threads} threads): "
@@ -99,15 +100,15 @@ def _run_jobs(rows, data, checkpoints, out, jobs, batch_sizes, runs, device, thr
         shutil.rmtree(scratch, ignore_errors=True)  # each job's own files; the merged ones are written below
     position = {row["method"]: i for i, row in enumerate(rows)}
     results = sorted((r for part in done for r in part), key=lambda r: position[r["method"]])  # stable
-    bench.add_derived_ratios(results, {row["method"] for row in rows if row.get("vs_beam5")})
-    bench.write_outputs(results, out, kwargs.get("skipped", ()))
+    add_derived_ratios(results, {row["method"] for row in rows if row.get("vs_beam5")})
+    write_outputs(results, out, kwargs.get("skipped", ()))
     return results
 
 
 def _job(k, rows, data, checkpoints, out, batch_sizes, device, threads, kwargs):
     """One process of :func:`run_benchmark_jobs`: its rows' benchmark, each log line naming the job."""
-    return bench.run_benchmark(rows, data, checkpoints, out, batch_sizes, device=device, threads=threads,
-                               log=functools.partial(print, f"[job {k}]"), **kwargs)
+    return run_benchmark(rows, data, checkpoints, out, batch_sizes, device=device, threads=threads,
+                         log=functools.partial(print, f"[job {k}]"), **kwargs)
 
 
 def _row_keys(row, checkpoints, data):
