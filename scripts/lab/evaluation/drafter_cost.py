@@ -21,7 +21,6 @@ import argparse
 import statistics
 import time
 from argparse import Namespace
-from dataclasses import replace
 
 import torch
 
@@ -67,9 +66,9 @@ def build(vocab, layers, k, draft_vocab=0, ffn=512, width=None, features=False, 
     return d, verifier, drafter
 
 
-def time_plain(generator, verifier, sample, max_len_b):
-    # no EOS before max_len: exactly max_len + 1 steps
-    generator.options = replace(generator.options, max_len_b=max_len_b, min_len=max_len_b)
+def time_plain(generator, verifier, sample):
+    """A plain greedy decode of ``sample``; the generator's options forbid EOS before its max length
+    (``min_len == max_len_b``): exactly max_len + 1 steps."""
     calls = generator.stats["model_calls"]
     t = CLOCK()
     generator.generate([verifier], sample)
@@ -147,14 +146,19 @@ def main():
         src = torch.randint(4, a.vocab, (1, 15))
         src[0, -1] = d.eos()
         sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([15])}}
-        gen = DraftVerifyGenerator([verifier], d, NoDraft(), Exact(), options=GenerationOptions(max_len_a=0.0))
+        # one plain generator per length: the options (and the logits processors built from them) are fixed at construction
+        plain = {n: DraftVerifyGenerator([verifier], d, NoDraft(), Exact(),
+                                         options=GenerationOptions(max_len_a=0.0, max_len_b=n, min_len=n))
+                 for n in (a.long, a.short)}
         step, draft, begin = [], [], []
         with torch.inference_mode():
             for pair in range(a.pairs + 1):
-                runs = [lambda: time_plain(gen, verifier, sample, a.long), lambda: time_plain(gen, verifier, sample, a.short),
+                runs = [lambda: time_plain(plain[a.long], verifier, sample), lambda: time_plain(plain[a.short], verifier, sample),
                         lambda: time_drafter(drafter, verifier, sample, d, a.iterations, a.fresh, a.long)]
                 res = {i: runs[i]() for i in (range(3) if pair % 2 else reversed(range(3)))}
                 (tl, cl), (ts, cs), (td, tb, _) = res[0], res[1], res[2]
+                if cl - cs != a.long - a.short:  # each plain decode must run to its max length, no earlier EOS
+                    raise RuntimeError(f"plain decodes took {cl} and {cs} calls, not {a.long + 1} and {a.short + 1}")
                 if pair:  # the first pair warms up
                     step.append((tl - ts) / (cl - cs))
                     draft.append(td)
@@ -171,7 +175,7 @@ def main():
         if a.count_ops:  # differences: the encoder, the set-up and the first call cancel out
             with torch.inference_mode():
                 (long_ops, (_, cl)), (short_ops, (_, cs)) = (
-                    operations(lambda: time_plain(gen, verifier, sample, n)) for n in (a.long, a.short))
+                    operations(lambda: time_plain(plain[n], verifier, sample)) for n in (a.long, a.short))
                 once, twice = (time_drafter(drafter, verifier, sample, d, n, a.fresh, a.long, count_ops=True)
                                for n in (a.iterations, 2 * a.iterations))
             print(f"k={k}: operations per plain engine step {(long_ops - short_ops) / (cl - cs):.1f}, "
