@@ -102,12 +102,12 @@ class DraftVerifyGenerator:
         self.scorer = ColumnScorer(self.verifier, self.constraints, temperature, self.vocab_size)
         if adaptive_block_size not in ("auto", "on", "off"):
             raise DraftVerifyOptionError("--adaptive-block-size must be auto, on or off")
-        caps = drafter.capabilities  # the one read of what the drafter needs (Run takes the rest per batch)
+        caps = drafter.capabilities  # the one read of what the drafter needs (each batch is decoded with it)
         if not acceptance.needs_verifier:
             self._check_drafter_alone(drafter, caps)
         self.policy = policy_for(caps, adaptive_block_size, isinstance(acceptance, Exact), acceptance.needs_verifier)
         self.caps = caps
-        self.lazy_verify: Optional[bool] = None  # None: on a CPU (see _lazy_columns); True/False force it
+        self.lazy_verify: Optional[bool] = None  # None: on a CPU (ColumnScorer.projects_lazily); True/False force it
         # None: by the device (iteration_cost.host_reads_free); False: read nothing but the one synchronisation
         # per iteration, as on a GPU (tests check that path on a CPU)
         self.host_reads: Optional[bool] = None
@@ -244,7 +244,7 @@ class DraftVerifyGenerator:
         tokens = torch.cat([last, draft.tokens], dim=1) if m > 1 else last
         # positions past max_len are never accepted (EOS forced there); keep them inside the table
         positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps
-        lazy = m > 2 and self._lazy_columns(run.all_columns, run.host_reads)
+        lazy = m > 2 and self.scorer.projects_lazily(run.all_columns, run.host_reads, self.lazy_verify)
         logits, hidden = self.verifier(run.cache, tokens, positions, project=None if lazy else slice(None))
         cols = Columns(steps, max_len, min_step=run.iteration, first_max=longest)  # every row has >= iteration tokens
         if lazy:  # project onto the vocabulary only up to the columns some row still needs
@@ -307,21 +307,6 @@ class DraftVerifyGenerator:
         run.policy.select_rows(keep)
         rows.select(keep_t)
         return True
-
-    def _lazy_columns(self, all_columns: bool, host_reads: bool) -> bool:
-        """Project the verifier's columns onto the vocabulary chunk by chunk, stopping once every row
-        has rejected a draft token?  Only where the host reads for free (a CPU) and a product with the
-        (V, d) output matrix costs about as much per row as rows are added (MKL's GEMM: d=128, V=8K,
-        55 us for 1 row, 278 for 10): the columns after every row's first rejection are never used
-        and each chunk's host read is free there.  Not where a packed kernel makes wide products
-        cheap (``projection``: 104 us for 10 rows; projecting every column at once was 8% faster over
-        300 typo sentences), not on a GPU, and not for drafters whose next draft is the scored
-        columns themselves (Jacobi: ``all_columns``)."""
-        if all_columns:
-            return False
-        if self.lazy_verify is not None:
-            return self.lazy_verify
-        return host_reads and not self.verifier.wide_projection_is_cheap
 
     def _hypothesis(self, out_row: Tensor, lp_row: Tensor, n: int, max_len: int) -> Dict:
         tokens = out_row[1 : n + 1].clone()
