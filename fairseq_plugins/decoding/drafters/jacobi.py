@@ -21,8 +21,9 @@ Block layout (the draft of a call covers the unfinished part of the current bloc
 
 PJ and PGJ need the target length ``m`` (``--jacobi-length``): ``max`` uses the same maximum
 length as HGJ (so PGJ-max and HGJ coincide), ``greedy_oracle`` takes the length of a greedy
-pre-run (``drafters.length_oracle``: a wrapper that asks the engine for it, counted and timed,
-``stats['length_oracle']``).
+pre-run that the engine performs, counts and times (``stats['length_oracle']``).  Both reach the
+drafter as ``ctx.target_length`` through a wrapper, ``drafters.length_oracle.LengthOracle``
+(``from_config`` wraps PJ/PGJ in it).
 
 Choice (paper leaves it open): the verifier's prediction one position past the block is kept as
 the next block's first guess instead of PAD; it costs nothing and keeps the output identical.
@@ -33,10 +34,8 @@ import torch
 
 from fairseq_plugins.decoding.drafters.base import (DRAFTERS, BlockDrafter, Draft, DrafterCapabilities, StepResult,
                                                     block_size_of)
-from fairseq_plugins.decoding.drafters.length_oracle import GreedyLengthOracle
+from fairseq_plugins.decoding.drafters.length_oracle import SOURCES as TARGET_LENGTHS, LengthOracle
 from fairseq_plugins.errors import OptionError
-
-TARGET_LENGTHS = ("max", "greedy_oracle")  # --jacobi-length
 
 
 @dataclass
@@ -71,7 +70,7 @@ class JacobiDrafter(BlockDrafter):
     @classmethod
     def from_config(cls, cfg, task=None, models=()):
         drafter = cls(cfg.drafter.split("_", 1)[1], block_size_of(cfg), length=cfg.jacobi_length)
-        return GreedyLengthOracle(drafter) if drafter.target_length == "greedy_oracle" else drafter
+        return drafter if drafter.target_length is None else LengthOracle(drafter, drafter.target_length)
 
     def max_draft(self, max_len):
         return max_len if self.variant == "pj" else self.block
@@ -83,13 +82,13 @@ class JacobiDrafter(BlockDrafter):
         self.guess = ctx.src_tokens.new_full((bsz, ctx.width), ctx.pad)
         self.guess_prob = torch.zeros(bsz, ctx.width, device=ctx.src_tokens.device)
         self.sent = None  # (B,) draft slots each row sent in its last proposal (observe keeps its own columns)
-        if ctx.target_length is not None and self.target_length is not None:  # the length oracle's
+        if self.target_length is not None:
+            if ctx.target_length is None:
+                raise OptionError(f"{self.name} needs the target length (--jacobi-length: wrap it in "
+                                  "drafters.length_oracle.LengthOracle)")
             self.length = ctx.target_length.clone()
-        elif self.target_length in (None, "max"):  # HGJ, PJ/PGJ-max: up to h = max_len + 1 output positions
+        else:  # HGJ: parallel up to h = max_len + 1 output positions (then autoregressive)
             self.length = ctx.src_tokens.new_full((bsz,), ctx.max_len + 1)
-        else:
-            raise OptionError(f"{self.name} needs the target length (--jacobi-length): wrap it in "
-                              "drafters.length_oracle.GreedyLengthOracle")
         self.history = []
 
     def _remaining(self, n_gen):

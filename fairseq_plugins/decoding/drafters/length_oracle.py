@@ -1,26 +1,35 @@
-"""``--jacobi-length greedy_oracle``: PJ/PGJ's target length taken from a greedy pre-run (Santilli et
-al. §4 report PJ and PGJ with the length known; ``drafters.jacobi``).
+"""PJ/PGJ's target length (``--jacobi-length``, Santilli et al. §4; ``drafters.jacobi``): a wrapper,
+so that the engine knows nothing of target lengths.
 
-A wrapper, so that the engine knows nothing of target lengths: at each batch's ``begin`` it asks
-the engine for greedy's hypothesis lengths through the one call the context carries
-(``DraftContext.greedy_lengths``: a pre-run without a drafter, counted and timed as the oracle's,
-``stats['oracle_model_calls']`` and ``stats['length_oracle']``), hands them to the drafter it wraps
-as ``ctx.target_length``, and passes everything else through.
+At each batch's ``begin`` it hands the drafter it wraps the rows' target lengths as
+``ctx.target_length`` and passes everything else through: ``max``, fairseq's maximum length
+(``max_len + 1`` tokens with EOS, as HGJ's); ``greedy_oracle``, the lengths of greedy's hypotheses,
+which it asks the engine for through the one call the context carries
+(``DraftContext.greedy_lengths``: a pre-run without a drafter that the engine counts and times as
+the oracle's, ``stats['oracle_model_calls']`` and ``stats['length_oracle']``).
 """
 from dataclasses import replace
 
 from fairseq_plugins.decoding.drafters.base import DraftContext, Drafter
 
+SOURCES = ("max", "greedy_oracle")  # --jacobi-length
 
-class GreedyLengthOracle(Drafter):
-    def __init__(self, drafter: Drafter):
-        self.drafter = drafter
+
+class LengthOracle(Drafter):
+    def __init__(self, drafter: Drafter, source: str):
+        if source not in SOURCES:
+            raise ValueError(f"unknown target length source {source!r}; one of {', '.join(SOURCES)}")
+        self.drafter, self.source = drafter, source
         self.name = drafter.name
         self.capabilities = drafter.capabilities
 
     def begin(self, ctx: DraftContext) -> None:
         super().begin(ctx)
-        self.drafter.begin(replace(ctx, target_length=ctx.greedy_lengths()))
+        if self.source == "max":
+            length = ctx.src_tokens.new_full((ctx.src_tokens.size(0),), ctx.max_len + 1)
+        else:
+            length = ctx.greedy_lengths()
+        self.drafter.begin(replace(ctx, target_length=length))
 
     def propose(self, out, n_gen, longest=None):
         return self.drafter.propose(out, n_gen, longest=longest)

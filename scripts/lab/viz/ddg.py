@@ -45,13 +45,14 @@ def jacobi_trace(model, task, sample, max_len_b=200) -> DDGTrace:
     """PJ decoding of the one sentence in ``sample`` with every iterate recorded."""
     from fairseq_plugins.decoding.acceptance import Exact
     from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
-    from fairseq_plugins.decoding.drafters.length_oracle import GreedyLengthOracle
+    from fairseq_plugins.decoding.drafters.length_oracle import LengthOracle
     from fairseq_plugins.decoding.engine import DraftVerifyGenerator
 
     if sample["net_input"]["src_tokens"].size(0) != 1:
         raise ValueError("DDGviz draws one sentence: pass a sample with a single source")
     drafter = JacobiDrafter("pj", block_size=1, record=True, length="greedy_oracle")
-    gen = DraftVerifyGenerator([model], task.target_dictionary, GreedyLengthOracle(drafter), Exact(), max_len_b=max_len_b)
+    oracle = LengthOracle(drafter, "greedy_oracle")  # the drafter itself keeps every iterate (history)
+    gen = DraftVerifyGenerator([model], task.target_dictionary, oracle, Exact(), max_len_b=max_len_b)
     with torch.no_grad():
         hypo = gen.generate([model], sample)[0][0]
     greedy = hypo["tokens"].tolist()
