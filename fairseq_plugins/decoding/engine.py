@@ -227,7 +227,7 @@ class DraftVerifyGenerator:
         proposals = Proposals(drafter, policy, caps.proposes_after_sync)
         run = Run(drafter, acceptance, policy, proposals, cache, max_len, self.eos, torch.arange(width + 1, device=device),
                   [None] * bsz, BatchCounts(count_stats), caps.needs_all_columns, host_reads=reads)
-        rows.draft = proposals.first(rows, opening)
+        self._propose(proposals, rows, opening)  # the first call's draft
         return run, rows
 
     def _verify(self, run: Run, rows: Rows) -> Verdict:
@@ -266,7 +266,7 @@ class DraftVerifyGenerator:
     _take_draft = staticmethod(take_draft)
     _append = staticmethod(append)
     _count_drafts = staticmethod(draft_slots)
-    _propose = staticmethod(Proposals.before_sync)
+    _propose = staticmethod(Proposals.propose)
     _sync = staticmethod(Synced.read)
     _next_call = staticmethod(Proposals.after_sync)
 

@@ -26,8 +26,15 @@ class Proposals:
         self.drafting = True   # False once the plan says the batch never drafts again
         self.asked = False     # the drafter proposed since the policy's last record
 
-    def first(self, rows, opening: Plan) -> Draft:
-        """The batch's first call's draft (``opening``: the policy's ``begin``)."""
+    def propose(self, rows, opening: Optional[Plan] = None) -> None:
+        """``rows.draft``: the next draft of a drafter asked before the sync (its width rides along in
+        it); with ``opening`` (the policy's ``begin``), the batch's first call's draft, whichever the drafter."""
+        if opening is not None:
+            rows.draft = self._first(rows, opening)
+        elif not self.after_sync:
+            rows.draft = self._draft(rows, self.ask)
+
+    def _first(self, rows, opening: Plan) -> Draft:
         if self.after_sync:
             return self._sized(rows)
         self.ask = opening.ask  # a prior that does not pay: the first call is a plain step, its draft not asked for
@@ -38,11 +45,6 @@ class Proposals:
             draft = draft.trim(min(plan.width, known))
             self._follow(plan)
         return draft
-
-    def before_sync(self, rows) -> None:
-        """The next draft, before the sync: its width rides along in it."""
-        if not self.after_sync:
-            rows.draft = self._draft(rows, self.ask)
 
     def after_sync(self, rows, next_width: Optional[int]) -> None:
         """The next call's draft at the policy's width (``next_width``: its longest row, as synced)."""
