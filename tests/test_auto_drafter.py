@@ -92,7 +92,8 @@ def test_auto_is_one_engine_per_candidate_sharing_the_verifier(tiny_corpus, tiny
     models, task = load(tiny_corpus, tiny_model)
     gen = engine(models, task, "auto", block_size=4)
     assert set(gen.engines) == set(gen.drafter.candidates) and len(built) == 1
-    assert all(e.drafter is gen.drafter.candidates[n] and e.verifier is gen.verifier for n, e in gen.engines.items())
+    assert all(e.drafter is gen.drafter.candidates[n] and e.verifier is gen.verifier
+               for n, e in gen.engines.items())
     assert all(e.stats is gen.stats for e in gen.engines.values()) and gen.stats["drafter"] == "auto"
 
 

@@ -36,7 +36,9 @@ class AutoGenerator:
         for e in self.engines.values():
             setattr(e, name, value)
 
-    lazy_verify = property(lambda self: self.engines["none"].lazy_verify, lambda self, v: self._set_all("lazy_verify", v))
+    # the engine's switches (``DraftVerifyGenerator``), for every candidate at once
+    lazy_verify = property(lambda self: self.engines["none"].lazy_verify,
+                           lambda self, v: self._set_all("lazy_verify", v))
     host_reads = property(lambda self: self.engines["none"].host_reads, lambda self, v: self._set_all("host_reads", v))
 
     def reset_stats(self):

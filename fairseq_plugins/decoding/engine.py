@@ -83,7 +83,7 @@ class DraftVerifyGenerator:
             raise DraftVerifyOptionError(
                 f"--drafter verifies with one model; got an ensemble of {len(models)} (--path a:b). Pass one checkpoint.")
         self.model = models[0]
-        self.verifier = verifier or Verifier(self.model)  # shared by the engines of --drafter auto
+        self.verifier = verifier or Verifier(self.model)  # one for all engines of --drafter auto
         self.drafter = drafter
         self.acceptance = acceptance
         self.tgt_dict = tgt_dict
@@ -225,8 +225,9 @@ class DraftVerifyGenerator:
                                    greedy_lengths=lambda: self._greedy_lengths(net_input, src_lengths, max_len)))
         opening = policy.begin(bsz, kmax, device)
         proposals = Proposals(drafter, policy, caps.proposes_after_sync)
-        run = Run(drafter, acceptance, policy, proposals, cache, max_len, self.eos, torch.arange(width + 1, device=device),
-                  [None] * bsz, BatchCounts(count_stats), caps.needs_all_columns, host_reads=reads)
+        arange = torch.arange(width + 1, device=device)
+        run = Run(drafter, acceptance, policy, proposals, cache, max_len, self.eos, arange, [None] * bsz,
+                  BatchCounts(count_stats), caps.needs_all_columns, host_reads=reads)
         self._propose(proposals, rows, opening)  # the first call's draft
         return run, rows
 
