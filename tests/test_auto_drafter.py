@@ -81,6 +81,22 @@ def test_auto_is_fairseq_greedy_token_for_token_and_says_what_it_chose(tiny_corp
     assert f"({mean_accepted_when_drafted(s):.2f} on the {s['drafted_iterations']} row-calls" in summary_line(s)
 
 
+def test_auto_is_one_engine_per_candidate_sharing_the_verifier(tiny_corpus, tiny_model, monkeypatch):
+    """``auto`` chooses among engines (none unwraps it): one per candidate, the model's encoder pass
+    and decoder step built once for all of them."""
+    from fairseq_plugins.decoding import verifier
+
+    built = []
+    init = verifier.Verifier.__init__
+    monkeypatch.setattr(verifier.Verifier, "__init__", lambda self, model: built.append(1) or init(self, model))
+    models, task = load(tiny_corpus, tiny_model)
+    gen = engine(models, task, "auto", block_size=4)
+    assert set(gen.engines) == set(gen.drafter.candidates) and len(built) == 1
+    assert all(e.drafter is gen.drafter.candidates[n] and e.verifier is gen.verifier
+               for n, e in gen.engines.items())
+    assert all(e.stats is gen.stats for e in gen.engines.values()) and gen.stats["drafter"] == "auto"
+
+
 def test_auto_refuses_a_lossy_rule(tiny_corpus, tiny_model):
     models, task = load(tiny_corpus, tiny_model)
     with pytest.raises(DrafterNotAvailableError, match="--acceptance exact"):

@@ -4,7 +4,8 @@ sentinel, dictionary mapping)."""
 import pytest
 import torch
 
-from fairseq_plugins.decoding.drafters import DraftContext, NoDraft, StepResult
+from fairseq_plugins.decoding.drafters import DRAFTERS, DraftContext, NoDraft, StepResult
+from fairseq_plugins.decoding.drafters.base import Drafter, DrafterCapabilities
 from fairseq_plugins.decoding.drafters.input_copy import InputCopyDrafter
 from fairseq_plugins.decoding.drafters.source import source_to_target_map
 from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
@@ -283,3 +284,20 @@ def test_input_copy_keeps_one_rows_anchors_on_a_cpus_host_and_a_batchs_in_tensor
         d.begin(ctx(src, host_reads=host_reads))
         d._prepare()  # (built when first drafted from)
         assert (d.host is not None) == on_host, src
+
+
+def test_what_a_drafter_needs_is_one_frozen_record():
+    """No class flags: the engine reads ``capabilities`` once; a variant sets its own (PJ: a target
+    length, no adaptive width by default)."""
+    import dataclasses
+
+    for flag in ("target_length", "adaptive_block", "drafts_after_plain_steps", "standalone", "needs_all_columns",
+                 "proposes_after_sync"):
+        assert not hasattr(Drafter, flag)
+    assert all(isinstance(DRAFTERS[n].capabilities, DrafterCapabilities) for n in DRAFTERS.names if n != "auto")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Drafter.capabilities.standalone = True
+    pj, hgj = JacobiDrafter("pj", 3).capabilities, JacobiDrafter("hgj", 3).capabilities
+    assert pj.target_length and not pj.adaptive_block and not hgj.target_length and hgj.adaptive_block
+    assert pj.needs_all_columns and not pj.drafts_after_plain_steps
+    assert JacobiDrafter.capabilities.target_length is False  # the class record is left alone

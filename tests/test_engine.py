@@ -126,6 +126,28 @@ def test_jacobi_block_of_one_greedy_oracle_and_larger_blocks(setup):
     assert hgj.stats["length_oracle"] is False  # HGJ needs no length
 
 
+def test_a_drafter_gets_greedys_lengths_through_one_call_of_its_context(setup):
+    """The length oracle is no engine code: any drafter may ask ``ctx.greedy_lengths()`` (a greedy
+    pre-run, counted as the oracle's) and gets the lengths of fairseq's greedy hypotheses, EOS included."""
+    from fairseq_plugins.decoding.drafters import NoDraft
+
+    models, task, batches, refs = setup
+    seen = {}
+
+    class AsksTheLength(NoDraft):
+        def begin(self, ctx):
+            super().begin(ctx)
+            seen[len(seen)] = ctx.greedy_lengths().tolist()
+
+    gen = engine(models, task, "none")
+    gen.drafter = AsksTheLength()
+    hyps = decode_all(gen, models, batches[8][:3])
+    assert mismatches({k: refs[8][k] for k in hyps}, hyps) == []
+    for b, sample in enumerate(batches[8][:3]):
+        assert seen[b] == [len(refs[8][sid]["tokens"]) for sid in sample["id"].tolist()]
+    assert gen.stats["length_oracle"] is True and gen.stats["oracle_model_calls"] * 2 == gen.stats["model_calls"]
+
+
 def test_stats_accumulate_and_reset(setup):
     models, task, batches, _ = setup
     # fixed width: the cost-aware width follows timings, so two passes may make different calls

@@ -579,3 +579,49 @@ def test_at_batch_1_one_rejection_does_not_stop_a_row_whose_run_drafts_well():
             bad.update([w], [0], offered=[1])  # rejected at once
     bad.begin(1, 10)
     assert bad.width() == 0
+
+
+def test_record_times_the_interval_between_records_on_the_policys_own_clock():
+    """The engine passes no clock and reads none: ``record`` times the interval since the previous
+    one itself (the batch's first holds the encoder: not timed) and learns what the call achieved."""
+    policy = AdaptiveBlock()
+    policy.begin(1, 4)
+    ticks, seen = iter([1.0, 3.5, 4.0]), []
+    policy.clock = lambda: next(ticks)
+    timed = policy.timed
+    policy.timed = lambda w, asked, s: seen.append((w, asked, s)) or timed(w, asked, s)
+    policy.record(0, True)
+    policy.record(2, False, sent=[2], got=[1])
+    policy.record(0, True, offered=[0])
+    assert seen == [(2, False, 2.5), (0, True, 0.5)]
+    assert policy.t[0] > 0 and policy.q[0] < 1.0  # a tried draft token and a draftless ask were learnt
+
+
+def test_the_engine_talks_to_the_policy_through_begin_plan_record_and_select_rows(tiny_corpus, tiny_model):
+    """Two calls per iteration (plan, record) and two lifecycle calls; a plan is the width, then
+    whether the drafter is asked, then whether the batch stopped, as the policy's own methods say."""
+    from engine_helpers import decode_all, engine, load, mismatches, mixed_batches, reference_greedy
+    from fairseq_plugins.decoding.width_policy import Plan
+
+    models, task = load(tiny_corpus, tiny_model)
+    batches = mixed_batches(task, 8)[:3]
+    gen = engine(models, task, "input_copy", block_size=3)
+    called = []
+
+    class Spy:
+        def __init__(self, policy):
+            self._policy = policy
+
+        def __getattr__(self, name):
+            called.append(name)
+            return getattr(self._policy, name)
+
+    gen.policy = Spy(gen.policy)
+    hyps = decode_all(gen, models, batches)
+    assert mismatches(reference_greedy(models, task, batches), hyps) == []
+    assert set(called) == {"adaptive", "begin", "plan", "record", "select_rows"}, set(called)
+    assert called.count("record") == gen.stats["model_calls"]
+    jacobi = AdaptiveBlock(probe=False)  # a prior that does not pay, no probes: plain steps, stopped at once
+    jacobi.prior_p = 0.0
+    assert jacobi.begin(1, 4).ask  # the first batch is a trial from P_START
+    assert jacobi.begin(1, 4) == Plan(0, False, False) and jacobi.plan() == Plan(0, False, True)

@@ -3,10 +3,10 @@
 The draft width that pays depends on the hardware (issue "lossless drafting that pays"): on a CPU
 every scored column costs its vocabulary projection, so a call of width 10 costs ~2x a plain step;
 on a GPU it costs about what a plain step does.  So the width policy (``width_policy.AdaptiveBlock``)
-carries no thresholds measured on one machine: the engine times the interval between its one host
-synchronisation per iteration and the next (the synchronisation waits for the device, so on a GPU
-too the interval is the whole iteration; on a CPU it is the process's CPU time, :func:`device_clock`)
-and reports it with what the interval held:
+carries no thresholds measured on one machine: the policy times the interval between the engine's
+one host synchronisation per iteration and the next (``WidthPolicy.record``; the synchronisation
+waits for the device, so on a GPU too the interval is the whole iteration; on a CPU it is the
+process's CPU time, :func:`device_clock`) and reports it with what the interval held:
 
 * ``width``: the draft slots its verification call scored;
 * ``asked``: whether the drafter proposed a draft inside it (IAD and blockwise heads propose for
@@ -51,7 +51,7 @@ RIDGE = 0.1         # weight of the priors in the fit, in intervals: the first t
 
 
 def device_clock(device) -> Callable[[], float]:
-    """The clock the engine times its iterations with.  On a CPU the process's CPU time: the work is
+    """The clock the width policy times the engine's iterations with.  On a CPU the process's CPU time: the work is
     this process's threads', and on a shared host the wall clock also counts the other jobs that
     took the core (measured on a loaded 2-core machine: with wall-clock intervals the width policy
     stopped drafting in some runs and not others).  On a GPU the wall clock: the host waits for

@@ -55,12 +55,19 @@ The policy runs on the host, on the accepted and proposed counts that the engine
 transfer per iteration brings anyway and the interval's time: it adds no tensor operation.  Acceptance is untouched, so
 ``exact`` stays lossless.  ``WidthPolicy``, the interface, is itself the papers' setting: every
 row drafts up to ``--block-size`` tokens.
+
+The engine sees two calls per iteration, and two for a batch's life (:class:`WidthPolicy`):
+``plan()`` (a :class:`Plan`: the next call's width, whether the drafter is asked for the draft
+after it, whether the batch has stopped drafting) and ``record(...)`` (what the call scored and
+achieved; the policy times the interval since the previous ``record`` itself, on the clock of the
+batch's device, ``iteration_cost.device_clock``); ``begin`` and ``select_rows``.
 """
 import time
-from typing import Callable, List, Optional
+from dataclasses import dataclass
+from typing import List, Optional
 
 from fairseq_plugins.decoding.acceptance import prefix_length
-from fairseq_plugins.decoding.iteration_cost import IterationCosts
+from fairseq_plugins.decoding.iteration_cost import IterationCosts, device_clock
 from fairseq_plugins.decoding.projection import Warmup
 
 PROBE = 8          # iterations before a batch whose drafts did not pay tries one draft slot again
@@ -135,34 +142,54 @@ class SlotAcceptance:
         return (self.accepted[i] + SLOT_PSEUDO * fallback) / (self.tried[i] + SLOT_PSEUDO)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The policy's decision for the next iteration."""
+
+    width: int     # draft slots the next call may verify
+    ask: bool      # whether the drafter is asked for the draft after it (False: that call is a plain step)
+    stopped: bool  # the batch will never draft again: plain steps to its end, no drafter bookkeeping
+
+
 class WidthPolicy:
     """The draft-width policy's interface, and its fixed case: every row drafts up to ``--block-size``
-    tokens (the papers' setting, ``--adaptive-block-size off``)."""
+    tokens (the papers' setting, ``--adaptive-block-size off``).  A policy implements ``width``,
+    ``expects_draft``, ``stopped``, ``update`` and ``timed``; the engine calls ``begin``, ``plan``,
+    ``record`` and ``select_rows``."""
 
-    adaptive = False
+    adaptive = False  # True: it learns from each row's real draft tokens and offers (the engine counts them)
 
-    def begin(self, bsz: int, k: int, clock: Callable[[], float] = time.perf_counter):
-        """A batch of ``bsz`` rows, drafts of up to ``k`` slots, iterations timed by ``clock``
-        (``iteration_cost.device_clock`` of the batch's device)."""
+    def begin(self, bsz: int, k: int, device=None) -> Plan:
+        """A batch of ``bsz`` rows, drafts of up to ``k`` slots, on ``device`` (its clock times the
+        iterations; None: the wall clock).  Returns the opening plan: no call is planned yet
+        (width 0), ``ask``: whether the first call's draft is asked for."""
         self.k = k
-        self.clock = clock
-        self._since: Optional[float] = None  # when the last synchronisation returned (None: none yet in this batch)
+        self.clock = time.perf_counter if device is None else device_clock(device)
+        self._since: Optional[float] = None  # when the last record() came (None: none yet in this batch)
         self._warmups = -1  # projection.Warmup.events then: an interval that warmed a kernel is not timed
-        self._asked = False  # the drafter proposed since the last synchronisation
+        return Plan(0, self.expects_draft(), False)
 
-    def asked(self):
-        """The drafter is proposing: this interval holds its cost."""
-        self._asked = True
+    def plan(self) -> Plan:
+        """The next call's width, then whether the call after it is asked for a draft."""
+        width = self.width()
+        ask = self.expects_draft()
+        return Plan(width, ask, not ask and self.stopped())
 
-    def synced(self, width: int):
+    def record(self, width: int, asked: bool, sent: Optional[List[int]] = None, got: Optional[List[int]] = None,
+               offered: Optional[List[int]] = None):
         """The engine's one host synchronisation of an iteration returned (it waits for the device):
-        the interval since the previous one, whose call scored ``width`` draft slots, is what such an
-        iteration costs here (``timed``), unless it is the batch's first (it holds the encoder) or a
-        kernel met a new shape in it (not what the next ones cost)."""
+        the call scored ``width`` draft slots, the drafter proposed inside the interval or not
+        (``asked``); per row, the real draft slots ``sent`` and ``got`` (accepted), and ``offered``
+        (whether the drafter had a draft, when it was asked for this call's).  The interval since
+        the previous record is what such an iteration costs here (``timed``), unless it is the
+        batch's first (it holds the encoder) or a kernel met a new shape in it."""
         now = self.clock()
         if self._since is not None and Warmup.events == self._warmups:
-            self.timed(width, self._asked, now - self._since)
-        self._since, self._warmups, self._asked = now, Warmup.events, False
+            self.timed(width, asked, now - self._since)
+        self._since, self._warmups = now, Warmup.events
+        if sent is not None or offered is not None:
+            zeros = [0] * len(sent if sent is not None else offered)
+            self.update(sent or zeros, got or zeros, offered)
 
     def width(self) -> int:
         """Draft slots the next call may verify (host int)."""
@@ -206,8 +233,8 @@ class AdaptiveBlock(WidthPolicy):
         self.batch_wait = self.batch_gap = 1  # trial batches of a drafter that cannot probe
         self.since_idle = YARDSTICK_GAP  # iterations since the last idle one (the first yardstick is due at once)
 
-    def begin(self, bsz, k, clock=time.perf_counter):
-        super().begin(bsz, k, clock)
+    def begin(self, bsz, k, device=None):
+        self.k = k
         self.start_rows = bsz  # slots are priced at the batch's size at the start: see the module docstring
         self.first_call = True  # a batch's first interval holds the encoder and is never timed: no yardstick there
         self._learn(range(len(self.g)))  # the previous batch's last rows
@@ -226,6 +253,7 @@ class AdaptiveBlock(WidthPolicy):
         self.settled = False
         # a prior that does not pay: the first call is a plain step, so its draft is not even asked for
         self.idle = self._paying_width() == 0 and (self.wait > 1 or not self._may_probe())
+        return super().begin(bsz, k, device)
 
     @property
     def p(self) -> List[float]:
@@ -407,3 +435,13 @@ class AdaptiveBlock(WidthPolicy):
         self.g = [self.g[i] for i in keep]
         self.t = [self.t[i] for i in keep]
         self.q = [self.q[i] for i in keep]
+
+
+def policy_for(capabilities, option: str, exact: bool, verified: bool) -> WidthPolicy:
+    """One width policy for a generator's life (an adaptive one carries what it learned, and the
+    costs it timed, into the next batches): ``--adaptive-block-size`` ``option`` (auto: the
+    drafter's ``capabilities.adaptive_block``, and only where acceptance is ``exact``: a timed width
+    would make a lossy rule's output depend on the clock); never for the drafter alone (not
+    ``verified``: it drafts every call)."""
+    adaptive = (capabilities.adaptive_block and exact) if option == "auto" else option == "on"
+    return AdaptiveBlock(probe=capabilities.drafts_after_plain_steps) if adaptive and verified else WidthPolicy()

@@ -6,8 +6,8 @@ package imports them all, so ``DRAFTERS`` is complete (the task merges their opt
 one import here is all a new drafter adds outside its module).
 """
 from fairseq_plugins.decoding.drafters.base import (DEFAULT_BLOCK_SIZE, DRAFTERS, BlockDrafter, Draft, DraftContext,
-                                                    Drafter, DrafterNotAvailableError, NoDraft, StepResult,
-                                                    block_size_of, check_block_size)
+                                                    Drafter, DrafterCapabilities, DrafterNotAvailableError, NoDraft,
+                                                    StepResult, block_size_of, check_block_size)
 from fairseq_plugins.decoding.drafters import auto, blockwise, input_copy, jacobi, nar, shallow  # noqa: F401  (registration)
 
 
@@ -16,5 +16,5 @@ def build_drafter(cfg, task, models=()) -> Drafter:
     return DRAFTERS[cfg.drafter].from_config(cfg, task, models)
 
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "DRAFTERS", "BlockDrafter", "Draft", "DraftContext", "Drafter",
+__all__ = ["DEFAULT_BLOCK_SIZE", "DRAFTERS", "BlockDrafter", "Draft", "DraftContext", "Drafter", "DrafterCapabilities",
            "DrafterNotAvailableError", "NoDraft", "StepResult", "block_size_of", "build_drafter", "check_block_size"]

@@ -1,5 +1,9 @@
 """``--drafter auto``: try the lossless drafters this model and run support, keep the fastest.
 
+``auto`` is no drafter the engine runs: :class:`AutoDrafter` holds the candidates, the generator
+factory builds one engine per candidate (``decoding.auto_generator``: they share the verifier) and
+:class:`DrafterChoice` picks the engine that decodes each batch.
+
 Which drafter pays depends on the data (IAD needs outputs that copy the input), the checkpoint
 (blockwise needs heads, GAD a drafter) and the device (a wide verification call is cheap on a GPU,
 not on a CPU), so it is measured, not guessed.  The candidates (our choice; the papers each
@@ -34,7 +38,7 @@ import copy
 import logging
 from typing import Dict, List, Optional
 
-from fairseq_plugins.decoding.drafters.base import DRAFTERS, Drafter, DrafterNotAvailableError, PerBatchChoice
+from fairseq_plugins.decoding.drafters.base import DRAFTERS, Drafter, DrafterNotAvailableError
 
 logger = logging.getLogger(__name__)
 
@@ -151,14 +155,14 @@ class DrafterChoice:
 
 @DRAFTERS.register("auto", help="try the lossless drafters this model supports on the first batches, keep the "
                                 "fastest (or plain greedy)")
-class AutoDrafter(Drafter):
-    """Holds the candidates; the engine asks ``choice`` which one decodes each batch."""
+class AutoDrafter:
+    """The candidates of ``--drafter auto``, each a drafter of its own (not a drafter itself: the
+    factory builds an engine per candidate, ``decoding.auto_generator``)."""
 
     name = "auto"
 
     def __init__(self, candidates: Dict[str, Drafter]):
         self.candidates = candidates
-        self.choice = DrafterChoice(list(candidates))
 
     @classmethod
     def from_config(cls, cfg, task, models):
@@ -176,12 +180,6 @@ class AutoDrafter(Drafter):
                 drafter = DRAFTERS[name].from_config(sub, task, models)
             except DrafterNotAvailableError:  # it needs what this run lacks (heads, a drafter model)
                 continue
-            if drafter.target_length is None:  # PJ/PGJ take a target length: HGJ is Jacobi without one
+            if not drafter.capabilities.target_length:  # PJ/PGJ take a target length: HGJ is Jacobi without one
                 candidates[name] = drafter
         return cls(candidates)
-
-    def max_draft(self, max_len):
-        return max(d.max_draft(max_len) for d in self.candidates.values())
-
-    def per_batch_choice(self) -> PerBatchChoice:
-        return PerBatchChoice(self.candidates, self.choice)

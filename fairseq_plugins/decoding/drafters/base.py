@@ -15,20 +15,16 @@ The interface is small, so that adding a drafter never touches the engine:
 * ``select_rows(rows)``           rows were dropped from the batch (finished sentences);
 * ``max_draft(max_len)``          an upper bound of the draft's width (buffer sizes).
 
-Class attributes say what a drafter needs (the engine reads them once per batch):
-``target_length`` (PJ/PGJ: where ``ctx.target_length`` comes from, ``--jacobi-length``), ``needs_all_columns``
-(Jacobi: the verifier's predictions at every fed column), ``proposes_after_sync`` (GAD: its decoder
-input is as wide as the longest prefix, a host number the engine knows only after its sync),
-``standalone`` (proposes without the verifier's feedback, so it can decode alone:
-``--acceptance all``), and for the draft-width policy ``adaptive_block`` (the default of
-``--adaptive-block-size auto``) and ``drafts_after_plain_steps``.
+What a drafter needs from the engine is one frozen record, :class:`DrafterCapabilities`, the class
+attribute ``capabilities`` (a drafter of several variants may set its own per instance); the
+engine reads it in one place (``DraftVerifyGenerator.__init__``).
 
 ``--block-size`` is optional (:func:`block_size_of`): unset, jacobi and input_copy use
 ``DEFAULT_BLOCK_SIZE`` and blockwise all the checkpoint's heads; the check ``1 <= k <=
 MAX_BLOCK_SIZE`` is made once, by :func:`check_block_size`.
 """
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import Callable, Optional
 
 from torch import Tensor
 
@@ -37,9 +33,6 @@ from fairseq_plugins.decoding.logits_processors import LogitsProcessors
 from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.registry import Registry
 from fairseq_plugins.errors import OptionError, PluginError
-
-if TYPE_CHECKING:
-    from fairseq_plugins.decoding.drafters.auto import DrafterChoice
 
 DEFAULT_BLOCK_SIZE = 5
 # wider than any target of the shipped sets (longest 44 subwords, 99% <= 30): a wider draft only adds
@@ -76,7 +69,7 @@ class DraftContext:
     src_lengths: Tensor           # (B,)
     max_len: int                  # fairseq's max_len: steps 0..max_len (EOS forced at max_len)
     width: int                    # width of the engine's ``out`` buffer
-    target_length: Optional[Tensor]  # (B,) tokens incl. EOS, for a drafter with a ``target_length`` source
+    target_length: Optional[Tensor]  # (B,) tokens incl. EOS, the length oracle's (``drafters.length_oracle``)
     bos: int
     eos: int
     pad: int
@@ -90,6 +83,9 @@ class DraftContext:
     # the host reads the batch's tensors for one operation, waiting for nothing (a CPU): a drafter may keep
     # its state on the host (None: decide by the device, ``iteration_cost.host_reads_free``)
     host_reads: Optional[bool] = None
+    # greedy's hypothesis lengths ``(B,)`` incl. EOS for this batch, from a pre-run the engine counts as
+    # the length oracle's (``drafters.length_oracle``); None where nothing can run one
+    greedy_lengths: Optional[Callable[[], Tensor]] = None
 
     def reads_free(self) -> bool:
         return host_reads_free(self.src_tokens.device) if self.host_reads is None else self.host_reads
@@ -155,32 +151,31 @@ class StepResult:
         return self.n_after if self.n_after is not None else self.n_before + self.count
 
 
-@dataclass
-class PerBatchChoice:
-    """A drafter that hands each batch to one of its ``candidates`` (``--drafter auto``): the engine asks
-    ``choice.next(src_len)`` for the name, decodes with that candidate and reports the time to ``choice.record``."""
+@dataclass(frozen=True)
+class DrafterCapabilities:
+    """What a drafter needs from the engine and the width policy, read once per generator."""
 
-    candidates: Dict[str, "Drafter"]
-    choice: "DrafterChoice"
+    # a draft proposed after plain steps is as good as any other (so the width policy may try one slot now
+    # and then); False for Jacobi, whose draft is the previous call's predictions at positions a plain step
+    # did not compute
+    drafts_after_plain_steps: bool = True
+    # the default of --adaptive-block-size auto: the cost-aware width (width_policy.AdaptiveBlock)
+    adaptive_block: bool = True
+    # proposes without the verifier's feedback, so it can decode alone (--acceptance all)
+    standalone: bool = False
+    # observe() needs the verifier's prediction at every fed column, also past the first rejection
+    # (Jacobi: they are its next iterate); False lets the engine skip projecting columns no row uses
+    needs_all_columns: bool = False
+    # propose() wants ``longest`` (its input is as wide as the longest prefix), so the engine asks after
+    # its sync, for the rows that go on; its Draft then carries a host ``width`` (GAD)
+    proposes_after_sync: bool = False
+    # drafts to a target length (PJ/PGJ, ``ctx.target_length``, ``--jacobi-length``): ``auto`` leaves it out
+    target_length: bool = False
 
 
 class Drafter:
     name = "base"  # set by ``@DRAFTERS.register`` to the drafter's ``--drafter`` name (a class of several: per instance)
-    # where ctx.target_length comes from: None (not needed), "max" (fairseq's maximum length) or "greedy_oracle"
-    # (a greedy pre-run, counted and timed): PJ/PGJ's --jacobi-length
-    target_length: Optional[str] = None
-    adaptive_block = True  # default of --adaptive-block-size auto: the cost-aware width (width_policy.AdaptiveBlock)
-    # a draft proposed after plain steps is as good as any other (so the width policy may try one
-    # slot now and then); False for Jacobi, whose draft is the previous call's predictions at
-    # positions that a plain step did not compute
-    drafts_after_plain_steps = True
-    standalone = False  # True: proposes without the verifier's feedback, so it can decode alone (--acceptance all)
-    # True: observe() needs the verifier's prediction at every fed column, also past the first rejection
-    # (Jacobi: they are its next iterate); False lets the engine skip projecting columns no row uses
-    needs_all_columns = False
-    # True: propose() wants ``longest`` (its input is as wide as the longest prefix), so the engine asks
-    # after its sync, for the rows that go on; its Draft then carries a host ``width``
-    proposes_after_sync = False
+    capabilities = DrafterCapabilities()
 
     @classmethod
     def from_config(cls, cfg, task, models) -> "Drafter":
@@ -202,10 +197,6 @@ class Drafter:
     def max_draft(self, max_len: int) -> int:
         raise NotImplementedError
 
-    def per_batch_choice(self) -> Optional[PerBatchChoice]:
-        """None: this drafter decodes every batch; else the candidates it picks from (asked once, by the engine)."""
-        return None
-
 
 class BlockDrafter(Drafter):
     """A drafter of up to ``block_size`` tokens per call (every drafter but ``none``)."""
@@ -222,7 +213,7 @@ class NoDraft(Drafter):
     """``--drafter none``: no draft, one verifier token per call (greedy through the engine)."""
 
     name = "none"
-    adaptive_block = False  # nothing to widen
+    capabilities = DrafterCapabilities(adaptive_block=False)  # nothing to widen
 
     @classmethod
     def from_config(cls, cfg, task, models):

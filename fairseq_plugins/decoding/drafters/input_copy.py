@@ -61,7 +61,6 @@ class InputCopyOptions:
 @DRAFTERS.register("input_copy", help="input-guided aggressive decoding, IAD (copies the source; --copy-ngram)",
                    options=InputCopyOptions)
 class InputCopyDrafter(BlockDrafter):
-    adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
     # the host path for batches of this many rows at most (a CPU): its Python work grows with the rows, the
     # tensor path's ~30 operations do not (one CPU here: 15 against 45 us at 1 row, 34 against 46 at 8, 94 against
     # 49 at 32); at one row it wins on any CPU, past that the crossover is the CPU's, so the choice stops at one

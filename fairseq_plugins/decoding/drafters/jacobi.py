@@ -21,19 +21,21 @@ Block layout (the draft of a call covers the unfinished part of the current bloc
 
 PJ and PGJ need the target length ``m`` (``--jacobi-length``): ``max`` uses the same maximum
 length as HGJ (so PGJ-max and HGJ coincide), ``greedy_oracle`` takes the length of a greedy
-pre-run that the engine performs, counts and times (``stats['length_oracle']``).
+pre-run that the engine performs, counts and times (``stats['length_oracle']``).  Both reach the
+drafter as ``ctx.target_length`` through a wrapper, ``drafters.length_oracle.LengthOracle``
+(``from_config`` wraps PJ/PGJ in it).
 
 Choice (paper leaves it open): the verifier's prediction one position past the block is kept as
 the next block's first guess instead of PAD; it costs nothing and keeps the output identical.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, StepResult, block_size_of
+from fairseq_plugins.decoding.drafters.base import (DRAFTERS, BlockDrafter, Draft, DrafterCapabilities, StepResult,
+                                                    block_size_of)
+from fairseq_plugins.decoding.drafters.length_oracle import SOURCES as TARGET_LENGTHS, LengthOracle
 from fairseq_plugins.errors import OptionError
-
-TARGET_LENGTHS = ("max", "greedy_oracle")  # --jacobi-length
 
 
 @dataclass
@@ -46,9 +48,9 @@ class JacobiOptions:
 @DRAFTERS.register("jacobi_pj", "jacobi_pgj", "jacobi_hgj",
                    help="Jacobi decoding (Santilli et al. Alg. 1-3); PJ/PGJ take --jacobi-length", options=JacobiOptions)
 class JacobiDrafter(BlockDrafter):
-    adaptive_block = True  # rows whose drafts keep failing stop widening the batch's verify call
-    drafts_after_plain_steps = False  # after a plain step the next positions hold no prediction yet
-    needs_all_columns = True  # the verifier's predictions at every fed position are the next iterate (Eq. 4)
+    # after a plain step the next positions hold no prediction yet; the verifier's predictions at every fed
+    # position are the next iterate (Eq. 4); rows whose drafts keep failing stop widening the batch's call
+    capabilities = DrafterCapabilities(drafts_after_plain_steps=False, needs_all_columns=True)
 
     def __init__(self, variant: str, block_size: int, record: bool = False, length: str = "max"):
         if variant not in ("pj", "pgj", "hgj"):
@@ -59,13 +61,16 @@ class JacobiDrafter(BlockDrafter):
         self.variant = variant
         self.name = "jacobi_" + variant
         self.target_length = length if variant in ("pj", "pgj") else None  # HGJ needs none
-        self.adaptive_block = variant != "pj"  # PJ drafts the whole target by definition (Alg. 1)
+        # PJ drafts the whole target by definition (Alg. 1): no adaptive width by default
+        self.capabilities = replace(self.capabilities, target_length=self.target_length is not None,
+                                    adaptive_block=variant != "pj")
         self.record = record  # keep every iterate (DDGviz)
         self.history = []
 
     @classmethod
     def from_config(cls, cfg, task=None, models=()):
-        return cls(cfg.drafter.split("_", 1)[1], block_size_of(cfg), length=cfg.jacobi_length)
+        drafter = cls(cfg.drafter.split("_", 1)[1], block_size_of(cfg), length=cfg.jacobi_length)
+        return drafter if drafter.target_length is None else LengthOracle(drafter, drafter.target_length)
 
     def max_draft(self, max_len):
         return max_len if self.variant == "pj" else self.block
@@ -79,7 +84,8 @@ class JacobiDrafter(BlockDrafter):
         self.sent = None  # (B,) draft slots each row sent in its last proposal (observe keeps its own columns)
         if self.target_length is not None:
             if ctx.target_length is None:
-                raise OptionError(f"{self.name} needs the target length (--jacobi-length)")
+                raise OptionError(f"{self.name} needs the target length (--jacobi-length: wrap it in "
+                                  "drafters.length_oracle.LengthOracle)")
             self.length = ctx.target_length.clone()
         else:  # HGJ: parallel up to h = max_len + 1 output positions (then autoregressive)
             self.length = ctx.src_tokens.new_full((bsz,), ctx.max_len + 1)

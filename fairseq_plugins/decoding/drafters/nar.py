@@ -32,7 +32,8 @@ from torch import Tensor
 
 from fairseq_plugins.data.mask_dictionary import check_aligned
 from fairseq_plugins.data.nar_drafter_batch import STATE_KEY, block_input
-from fairseq_plugins.decoding.drafters.base import DRAFTERS, BlockDrafter, Draft, DrafterNotAvailableError
+from fairseq_plugins.decoding.drafters.base import (DRAFTERS, BlockDrafter, Draft, DrafterCapabilities,
+                                                    DrafterNotAvailableError)
 from fairseq_plugins.decoding.step import DecoderStep
 from fairseq_plugins.errors import PluginError
 
@@ -106,8 +107,9 @@ class NARDrafter(BlockDrafter):
     """GAD's drafter; a subclass that ``decodes(model)`` a kind of drafter checkpoint takes it over
     (the shallow drafter, ``drafters.shallow``): the checkpoint picks the class, ``--drafter nar`` either way."""
 
-    standalone = True  # has its own model: can also decode alone (--acceptance all)
-    proposes_after_sync = True  # its input is as wide as the longest prefix (a host number: no sync of its own)
+    # has its own model: can also decode alone (--acceptance all); its input is as wide as the longest prefix
+    # (a host number: no sync of its own)
+    capabilities = DrafterCapabilities(standalone=True, proposes_after_sync=True)
 
     def __init__(self, model, block_size: int, trained_block: int, vocab_size: int, pad: int, verifier=None):
         super().__init__(block_size)

@@ -38,7 +38,7 @@ from typing import Dict, List, Sequence
 import torch
 
 from scripts.lab.corpora.files import AtomicWriter
-from fairseq_plugins.decoding.drafters import BlockDrafter, Draft
+from fairseq_plugins.decoding.drafters import BlockDrafter, Draft, DrafterCapabilities
 
 #: size name -> (fairseq architecture, dictionary size)
 SIZES = {"tiny": ("transformer_fast_tiny", 8000), "base": ("transformer", 8000),
@@ -51,8 +51,8 @@ class FixedWidthDraft(BlockDrafter):
     call of ``block + 1`` columns whose draft is never accepted."""
 
     name = "fixed width (cost probe)"
-    adaptive_block = False
-    needs_all_columns = True  # every column projected: the cost of a call, not of a lazily cut one
+    # every column projected: the cost of a call, not of a lazily cut one; the fixed width
+    capabilities = DrafterCapabilities(adaptive_block=False, needs_all_columns=True)
 
     def begin(self, ctx):
         super().begin(ctx)

@@ -45,14 +45,15 @@ def jacobi_trace(model, task, sample, max_len_b=200) -> DDGTrace:
     """PJ decoding of the one sentence in ``sample`` with every iterate recorded."""
     from fairseq_plugins.decoding.acceptance import Exact
     from fairseq_plugins.decoding.drafters.jacobi import JacobiDrafter
+    from fairseq_plugins.decoding.drafters.length_oracle import LengthOracle
     from fairseq_plugins.decoding.engine import DraftVerifyGenerator
     from fairseq_plugins.decoding.options import GenerationOptions
 
     if sample["net_input"]["src_tokens"].size(0) != 1:
         raise ValueError("DDGviz draws one sentence: pass a sample with a single source")
     drafter = JacobiDrafter("pj", block_size=1, record=True, length="greedy_oracle")
-    options = GenerationOptions(max_len_b=max_len_b)
-    gen = DraftVerifyGenerator([model], task.target_dictionary, drafter, Exact(), options=options)
+    oracle = LengthOracle(drafter, "greedy_oracle")  # the drafter itself keeps every iterate (history)
+    gen = DraftVerifyGenerator([model], task.target_dictionary, oracle, Exact(), options=GenerationOptions(max_len_b=max_len_b))
     with torch.no_grad():
         hypo = gen.generate([model], sample)[0][0]
     greedy = hypo["tokens"].tolist()
