@@ -158,3 +158,27 @@ def test_the_circle_rule_finds_a_lazy_circle(tmp_path):
 def test_no_import_circle_in_the_scripts():
     circles = import_circles(scripts_import_graph(REPO))
     assert not circles, f"modules of scripts/ that import each other (move the shared name where it belongs): {circles}"
+
+
+def unnamed_modules(package: Path):
+    """The modules (and subpackages) of ``package`` that its ``__init__`` docstring, the package map,
+    does not name as ``name``."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    modules = sorted(p.stem if p.is_file() else p.name for p in package.iterdir()
+                     if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
+    return [m for m in modules if f"``{m}``" not in doc]
+
+
+def test_the_map_rule_finds_a_module_it_does_not_name(tmp_path):
+    (tmp_path / "__init__.py").write_text('"""``kept`` does this."""\n')
+    for name in ("kept.py", "added.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("")
+    assert unnamed_modules(tmp_path) == ["added", "sub"]
+
+
+def test_the_decoding_package_map_names_every_module():
+    """A contributor reads ``fairseq_plugins/decoding/__init__.py`` to find the part to change: a module
+    added without a line there is missing from the map."""
+    assert unnamed_modules(Path(PLUGIN_DIR) / "decoding") == []
