@@ -8,14 +8,13 @@ width policy, which carries what it learns into its next batches, and all count 
 CPU time, ``iteration_cost.device_clock``)."""
 from typing import Callable, Dict, Optional
 
-from fairseq_plugins.decoding.draft_stats import fresh_stats
+from fairseq_plugins.decoding.draft_stats import CountingGenerator, fresh_stats
 from fairseq_plugins.decoding.drafters.auto import AutoDrafter, DrafterChoice
 from fairseq_plugins.decoding.inference import inference_generate
 from fairseq_plugins.decoding.iteration_cost import device_clock
-from fairseq_plugins.decoding.report import mean_accepted
 
 
-class AutoGenerator:
+class AutoGenerator(CountingGenerator):
     def __init__(self, drafter: AutoDrafter, engine: Callable):
         """``engine(drafter, verifier)``: an engine for one candidate (``verifier`` None: its own)."""
         self.drafter = drafter
@@ -45,15 +44,6 @@ class AutoGenerator:
         self.stats: Dict = fresh_stats(self.drafter.name, self.acceptance.name)
         for e in self.engines.values():
             e.stats = self.stats  # every candidate counts into the one dict
-
-    def mean_accepted(self) -> float:
-        return mean_accepted(self.stats)
-
-    def cuda(self):
-        return self
-
-    def eval(self):
-        return self
 
     @inference_generate
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **kwargs):

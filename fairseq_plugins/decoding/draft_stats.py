@@ -6,10 +6,28 @@ from typing import Dict, List, Optional, Tuple
 from torch import Tensor
 
 from fairseq_plugins.decoding.drafters import Draft
+from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.width_policy import draft_lengths
 
 STAT_KEYS = ("model_calls", "iterations", "accepted_tokens", "draft_accepted", "draft_tokens", "drafted_iterations",
              "produced_tokens", "sentences", "oracle_model_calls")
+
+
+class CountingGenerator:
+    """What fairseq-generate and the task call on a drafting generator besides ``generate``: ``cuda()``
+    and ``eval()`` (nothing to do: the models are fairseq's, moved and set to eval by fairseq) and
+    the mean accepted tokens of its ``stats``.  The engine and ``--drafter auto``'s generator."""
+
+    stats: Dict
+
+    def mean_accepted(self) -> float:
+        return mean_accepted(self.stats)
+
+    def cuda(self):
+        return self
+
+    def eval(self):
+        return self
 
 
 def fresh_stats(drafter: str, acceptance: str) -> Dict:

@@ -54,7 +54,7 @@ from torch import Tensor
 from fairseq_plugins.decoding.acceptance import AcceptanceRule, Exact, build_acceptance
 from fairseq_plugins.decoding.appending import append, take_draft
 from fairseq_plugins.decoding.auto_generator import AutoGenerator
-from fairseq_plugins.decoding.draft_stats import BatchCounts, draft_slots, fresh_stats
+from fairseq_plugins.decoding.draft_stats import BatchCounts, CountingGenerator, draft_slots, fresh_stats
 from fairseq_plugins.decoding.drafters import Draft, DraftContext, Drafter, NoDraft, StepResult, build_drafter
 from fairseq_plugins.decoding.drafters.auto import AutoDrafter
 from fairseq_plugins.decoding.engine_state import Rows, Run, Synced, Verdict
@@ -65,7 +65,6 @@ from fairseq_plugins.decoding.iteration_cost import host_reads_free
 from fairseq_plugins.decoding.logits_processors import logits_processors
 from fairseq_plugins.decoding.options import GenerationOptions
 from fairseq_plugins.decoding.proposing import Proposals
-from fairseq_plugins.decoding.report import mean_accepted
 from fairseq_plugins.decoding.scoring import Columns, ColumnScorer
 from fairseq_plugins.decoding.verifier import Verifier
 from fairseq_plugins.decoding.width_policy import WidthPolicy, policy_for
@@ -77,7 +76,7 @@ class DraftVerifyOptionError(GenerationOptionError):
     """Generation options the draft-and-verify engine cannot honour; the message says how to fix it."""
 
 
-class DraftVerifyGenerator:
+class DraftVerifyGenerator(CountingGenerator):
     def __init__(self, models, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule, *,
                  options: Optional[GenerationOptions] = None, adaptive_block_size="auto",
                  verifier: Optional[Verifier] = None):
@@ -122,16 +121,6 @@ class DraftVerifyGenerator:
     # ---- stats ----
     def reset_stats(self):
         self.stats: Dict[str, float] = fresh_stats(self.drafter.name, self.acceptance.name)
-
-    def mean_accepted(self) -> float:
-        return mean_accepted(self.stats)
-
-    # ---- fairseq generator interface ----
-    def cuda(self):
-        return self
-
-    def eval(self):
-        return self
 
     @inference_generate
     def generate(self, models, sample, prefix_tokens: Optional[Tensor] = None, constraints=None, **kwargs):
