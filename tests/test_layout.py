@@ -18,19 +18,25 @@ def lab_import(name):
             or any(name == f"fairseq_plugins.{d}" or name.startswith(f"fairseq_plugins.{d}.") for d in LAB))
 
 
-def lab_imports(path):
-    """``line: module`` of every import of ``path`` (at any depth: a function's lazy import counts) that
-    reaches the lab."""
+def matching_imports(path, wanted, from_names):
+    """``line: module`` of every import of ``path`` (at any depth: a function's lazy import counts) one of
+    whose names ``wanted`` accepts (the first such name); ``from_names(node)``: the names an absolute
+    ``from ... import ...`` stands for."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            names = from_names(node)
         else:
             continue
-        found += [(node.lineno, n) for n in names if lab_import(n)][:1]
+        found += [(node.lineno, n) for n in names if wanted(n)][:1]
     return [f"{line}: {name}" for line, name in sorted(found)]
+
+
+def lab_imports(path):
+    """Every import of ``path`` that reaches the lab (``line: module``)."""
+    return matching_imports(path, lab_import, lambda node: [node.module] + [f"{node.module}.{a.name}" for a in node.names])
 
 
 def test_the_rule_sees_each_way_of_importing_the_lab(tmp_path):
@@ -77,16 +83,8 @@ def command_imports(path):
     def command(name):
         return name.startswith("scripts.") and not (name == "scripts.lab" or name.startswith("scripts.lab."))
 
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "scripts" else [node.module]
-        else:
-            continue
-        found += [(node.lineno, n) for n in names if command(n)][:1]
-    return [f"{line}: {name}" for line, name in sorted(found)]
+    return matching_imports(path, command, lambda node: [f"{node.module}.{a.name}" for a in node.names]
+                            if node.module == "scripts" else [node.module])
 
 
 def test_the_command_rule_sees_each_way_of_importing_a_command(tmp_path):
