@@ -111,11 +111,11 @@ def test_the_commands_stay_thin():
                       f"logic of {long} into scripts/lab/")
 
 
-def scripts_import_graph(root):
-    """{module: the modules under ``root/scripts`` it imports (at any depth)}, by dotted name; ``from P import
+def import_graph(root, package="scripts"):
+    """{module: the modules under ``root/package`` it imports (at any depth)}, by dotted name; ``from P import
     m`` is an import of the module P.m where that is a file, else of P."""
     files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in (root / "scripts").rglob("*.py")}
+             for p in (root / package).rglob("*.py")}
     graph = {}
     for name, path in files.items():
         targets = set()
@@ -150,12 +150,18 @@ def test_the_circle_rule_finds_a_lazy_circle(tmp_path):
     (tmp_path / "scripts" / "a.py").write_text("from scripts.lab import b\n")
     (tmp_path / "scripts" / "lab" / "b.py").write_text("def f():\n    from scripts.lab.c import x\n")
     (tmp_path / "scripts" / "lab" / "c.py").write_text("import scripts.a\nx = 1\n")
-    assert import_circles(scripts_import_graph(tmp_path)) == [("scripts.a", "scripts.lab.b", "scripts.lab.c")]
+    assert import_circles(import_graph(tmp_path)) == [("scripts.a", "scripts.lab.b", "scripts.lab.c")]
 
 
 def test_no_import_circle_in_the_scripts():
-    circles = import_circles(scripts_import_graph(REPO))
+    circles = import_circles(import_graph(REPO))
     assert not circles, f"modules of scripts/ that import each other (move the shared name where it belongs): {circles}"
+
+
+def test_no_import_circle_in_the_plugin():
+    """``--drafter auto`` was a drafter the engine unwrapped, and auto.py and drafters/base.py imported each other."""
+    circles = import_circles(import_graph(REPO, "fairseq_plugins"))
+    assert not circles, f"modules of the plugin that import each other (move the shared name where it belongs): {circles}"
 
 
 def unnamed_modules(package: Path):
