@@ -899,6 +899,25 @@ def _alive(pid):
         return False
 
 
+def _as_from_a_shell():
+    """In the benchmark's process before exec: SIGINT and SIGTERM at their defaults and not blocked, as a
+    command started from a shell has them (a test runner's worker may hand down another state)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _signal_state(pid):
+    """The signal masks the kernel reports for ``pid`` (blocked, ignored, caught), for a failure's message."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return [line.strip() for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+    except OSError:  # no /proc
+        return "unknown"
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_second_run_into_one_out_is_refused_and_a_signal_stops_every_worker(two_groups, tiny_corpus, tmp_path, sig):
     """Two benchmarks into one --out crashed on the shared .jobs folder; SIGTERM to a --jobs 2 benchmark left both
@@ -916,7 +935,7 @@ def test_a_second_run_into_one_out_is_refused_and_a_signal_stops_every_worker(tw
            "--no-memory", "--max-len-b", "20"]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_as_from_a_shell)
     try:
         for _ in range(2400):  # until both jobs decode (bounded: a broken start fails, it does not hang)
             text = (tmp_path / "first.log").read_text()
@@ -929,8 +948,13 @@ def test_a_second_run_into_one_out_is_refused_and_a_signal_stops_every_worker(tw
         second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert second.returncode != 0 and f"another run (pid {first.pid}) is writing into" in second.stderr, second.stderr
         assert "Traceback" not in second.stderr
+        state = _signal_state(first.pid)
         first.send_signal(getattr(signal, sig))
-        first.wait(timeout=600)  # a bound against a hang, not a speed: a loaded 2-core CI machine is slow to unwind
+        try:
+            first.wait(timeout=600)  # a bound against a hang, not a speed: a loaded 2-core CI machine is slow to unwind
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{sig} did not stop the benchmark within 600 s; its signal state then: {state}; its log: "
+                        + (tmp_path / "first.log").read_text()[-2000:])
         for _ in range(600):
             if not any(_alive(p) for p in workers):
                 break
