@@ -250,7 +250,7 @@ class DraftVerifyGenerator(CountingGenerator):
     _count_drafts = staticmethod(draft_slots)
     _propose = staticmethod(Proposals.propose)
     _sync = staticmethod(Synced.read)
-    _next_call = staticmethod(Proposals.after_sync)
+    _next_call = staticmethod(Proposals.next_call)
 
     @staticmethod
     def _observe(run: Run, rows: Rows, verdict: Verdict, count: Tensor, n_before: Tensor):

@@ -20,8 +20,8 @@ from fairseq_plugins.decoding.width_policy import Plan, WidthPolicy
 
 
 class Proposals:
-    def __init__(self, drafter: Drafter, policy: WidthPolicy, after_sync: bool):
-        self.drafter, self.policy, self.after_sync = drafter, policy, after_sync
+    def __init__(self, drafter: Drafter, policy: WidthPolicy, asks_after_sync: bool):
+        self.drafter, self.policy, self.asks_after_sync = drafter, policy, asks_after_sync
         self.ask = True        # ask the drafter for the next proposal (decided an iteration ahead before the sync)
         self.drafting = True   # False once the plan says the batch never drafts again
         self.asked = False     # the drafter proposed since the policy's last record
@@ -31,11 +31,11 @@ class Proposals:
         it); with ``opening`` (the policy's ``begin``), the batch's first call's draft, whichever the drafter."""
         if opening is not None:
             rows.draft = self._first(rows, opening)
-        elif not self.after_sync:
+        elif not self.asks_after_sync:
             rows.draft = self._draft(rows, self.ask)
 
     def _first(self, rows, opening: Plan) -> Draft:
-        if self.after_sync:
+        if self.asks_after_sync:
             return self._sized(rows)
         self.ask = opening.ask  # a prior that does not pay: the first call is a plain step, its draft not asked for
         draft = self._draft(rows, self.ask)
@@ -46,9 +46,9 @@ class Proposals:
             self._follow(plan)
         return draft
 
-    def after_sync(self, rows, next_width: Optional[int]) -> None:
+    def next_call(self, rows, next_width: Optional[int]) -> None:
         """The next call's draft at the policy's width (``next_width``: its longest row, as synced)."""
-        if self.after_sync:
+        if self.asks_after_sync:
             rows.draft = self._sized(rows)
             return
         known = rows.draft.width if rows.draft.width is not None else next_width
@@ -78,5 +78,5 @@ class Proposals:
         if not self.drafting:  # asked, but a drafter that stopped has nothing to offer (the policy learns so)
             return Draft.none(rows.n_gen)
         self.asked = True
-        longest = max(rows.lengths) if self.after_sync else None  # host lengths are fresh then
+        longest = max(rows.lengths) if self.asks_after_sync else None  # host lengths are fresh then
         return self.drafter.propose(rows.out, rows.n_gen, longest=longest)
