@@ -7,7 +7,7 @@ Each shipped model (``models/MANIFEST.json``: its checkpoint, its evaluation cor
 ``--beams`` (beam 1: greedy decoding's tokens per call with the same drafts); prints a Markdown
 table and writes its rows to ``--out`` (JSONL, atomically).
 
-    python -m scripts.beam_replay_bound --models iad_typo baseline --beams 1 4 5 10 --sentences 200 \\
+    python -m scripts.beam_replay_bound --models gec_tiny baseline --beams 1 4 5 10 --sentences 200 \\
         --out work/beam_replay.jsonl
 """
 import argparse
@@ -41,7 +41,7 @@ def lean_generation(data, checkpoint, generate_args, beam):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models-dir", default=str(REPO / "models"), help="folder with MANIFEST.json (default: models/)")
-    ap.add_argument("--models", nargs="+", default=["iad_typo", "baseline"], help="names in the manifest")
+    ap.add_argument("--models", nargs="+", default=["gec_tiny", "baseline"], help="names in the manifest")
     ap.add_argument("--beams", type=int, nargs="+", default=[1, 4, 5, 10])
     ap.add_argument("--k", type=int, nargs="+", default=[4, 10, K_MAX],
                     help=f"draft caps (at most {K_MAX}: {K_MAX} stands for uncapped)")

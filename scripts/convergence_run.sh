@@ -8,10 +8,10 @@
 # repository's history), or CONVERGENCE_TEACHER=CKPT, is frozen as the teacher, and stages 1 and 2 then
 # run side by side, sharing the N training slots of RUNS/ref (a slot stage 1 frees goes to the next
 # order at once), the drafters after the orders (they need the verifier, frozen when stage 1's baseline
-# ends), then the typo verifier, and last the comparisons that do not ship; a run that finds a frozen
+# ends), then the GEC-like verifier, and last the comparisons that do not ship; a run that finds a frozen
 # teacher does the same.  Without either, the teacher is stage 1's converged baseline.
-# 1. the en-de and typo-correction corpora (skipped when built);
-# 2. stage 1, gold corpora: the en-de L2R baseline and the typo verifier, side by side, each stopped
+# 1. the en-de and GEC-like corpora (skipped when built);
+# 2. stage 1, gold corpora: the en-de L2R baseline and the GEC-like verifier, side by side, each stopped
 #    once its validation BLEU is flat (within 0.3 over the last two of >= 4 points) at 3x the updates
 #    at which it first was (no reference: its own curve, since two flat points can be a pause);
 # 3. the baseline frozen as teacher (RUNS/ref/checkpoints/teacher/: the distillation's teacher, the orders'
@@ -21,7 +21,7 @@
 # 4. stage 2, distilled corpus: the four orders, the L2R control, the shallow GAD drafter and the
 #    blockwise heads (configs/reference/convergence_kd.txt), each order stopped at the issue's rule (>= 5
 #    points, the last at >= 3x the updates at which l2r_kd flattened), at most STAGE2_MAX_UPDATE
-#    (30000) updates; with a teacher frozen early it runs beside stage 1, whose typo verifier follows it;
+#    (30000) updates; with a teacher frozen early it runs beside stage 1, whose GEC-like verifier follows it;
 # 5. the comparisons that do not ship (configs/reference/convergence_extra.txt: IBDecoder from scratch,
 #    the full-size GAD drafter and two shallow variants, R2L, SA-L2R), under stage 2's rule, after
 #    everything models/ ships, and never offered to models/;
@@ -47,7 +47,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 data=$runs/data ref=$runs/ref
 
 [ -f "$data/en-de/bin/dict.en.txt" ] || $py -m scripts.build_message_corpus --pair en-de --out "$data/en-de"
-[ -f "$data/typo-en/bin/dict.typo.txt" ] || $py -m scripts.build_typo_corpus --out "$data/typo-en"
+[ -f "$data/gec-en/bin/dict.gec.txt" ] || $py -m scripts.build_gec_corpus --out "$data/gec-en"
 
 stage1() {  # PARALLEL [NAME...]: the models of the list to train (default: all)
   local parallel=$1 names=()
@@ -83,14 +83,14 @@ shipped=$models/baseline/checkpoint_best.pt  # stage 1's baseline as models/ shi
 
 if [ -f "$teacher" ] && [ "$parallel" -ge 2 ]; then
   # the two stages share the training slots of $ref (reference_run --parallel): stage 1 trains only the
-  # baseline (the drafters' verifier), the orders take every other slot, the typo verifier comes last
+  # baseline (the drafters' verifier), the orders take every other slot, the GEC-like verifier comes last
   stage1 "$parallel" baseline & gold=$!
   stage2 "$parallel" & kd=$!  # the orders; the drafters wait for the verifier
   wait "$gold"
   freeze verifier "$shipped"
   wait "$kd"
   stage2 "$parallel"  # the drafters
-  stage1 "$parallel"  # the typo verifier
+  stage1 "$parallel"  # the GEC-like verifier
 else
   stage1 "$parallel"
   freeze teacher "$shipped"

@@ -364,7 +364,7 @@ def test_reference_rows_time_every_drafter_beside_greedy_of_its_own_model():
     for r in drafting:
         assert r.get("lossless") and bench_rows.is_drafting(r), r["method"]
         assert (r["model"], r["corpus"]) in greedy and (r["model"], r["corpus"]) in engine, r["method"]
-    assert beam5 == {"typo-en", "en-de"}  # the papers' baseline (IAD's 6x is against beam 5)
+    assert beam5 == {"gec-en", "en-de"}  # the papers' baseline (IAD's 6x is against beam 5)
     # every model's A/A control: the spread against which its drafting rows' ratios are read
     assert {(r["model"], r["corpus"]) for r in rows if r.get("control") and bench_rows.is_drafting(r)} == engine
 

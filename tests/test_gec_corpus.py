@@ -85,17 +85,25 @@ def test_corpus_edits_prints_corpora_side_by_side(tmp_path, capsys):
     assert [c.strip() for c in unchanged.split("|")[2:4]] == ["1.0", "0.0"]
 
 
-def test_the_manifest_records_the_gec_verifiers_that_do_not_ship():
+def test_the_manifest_ships_the_tiny_gec_verifier_and_records_what_does_not_ship():
     import json
     from pathlib import Path
 
     manifest = json.loads(Path("models/MANIFEST.json").read_text())
-    records = manifest["not_shipped"]
-    assert {"gec_base", "gec_tiny"} <= set(records)
-    for name, entry in records.items():
-        assert name not in manifest["models"]
-        assert Path(entry["config"]).exists() and entry["command"].startswith("fairseq-train DATA/gec-en/bin")
+    records, shipped = manifest["not_shipped"], manifest["models"]
+    assert "gec_tiny" in shipped and {"gec_base", "iad_typo"} <= set(records)
+    for name, entry in records.items():  # each can be trained again with its command
+        assert name not in shipped
+        assert Path(entry["config"]).exists() and entry["command"].startswith(f"fairseq-train DATA/{entry['corpus']}/bin")
+        assert len(entry["corpus_sha256"]) == 64 and entry["shipped"].startswith("not shipped")
+    base, tiny = records["gec_base"], shipped["gec_tiny"]
+    for entry in (base, tiny):
         assert all(a in entry["command"] for a in ("--source-lang gec", "--target-lang en", "--arch"))
-        assert len(entry["corpus_sha256"]) == 64 and entry["corpus_raw_sha256"].split()[0] == entry["corpus_raw_sha256"][:64]
-        assert entry["shipped"].startswith("not shipped")
-    assert "--arch transformer " in records["gec_base"]["command"]  # Transformer base, not the tiny size
+    assert base["corpus_raw_sha256"].split()[0] == base["corpus_raw_sha256"][:64]
+    assert tiny["corpus_sha256"] == base["corpus_sha256"]  # the side-by-side: one corpus
+    assert tiny["evaluation_data"] == "data/gec-en" and tiny["test_bleu"] is not None
+    assert "--arch transformer " in base["command"]  # Transformer base, not the tiny size
+    assert "--arch transformer_fast_tiny " in tiny["command"]
+    retrain = records["iad_typo"]["shipped"].split("retrain with ")[1]  # a list that still names it
+    assert retrain.startswith("python -m scripts.reference_run --models ") and "--names iad_typo " in retrain
+    assert any(line.split()[:1] == ["iad_typo"] for line in Path(retrain.split()[4]).read_text().splitlines())

@@ -19,11 +19,27 @@ from scripts.lab.offline import base_size, limits
 from tests.conftest import REPO, cached, run
 
 DRY_TRAIN, DRY_TEST = 60, 4  # sentences of the dry run's corpora
+GEC_STDLIB = ("argparse.py", "subprocess.py", "typing.py")  # a few hundred sentences, built in seconds
+
+
+def small_gec():
+    """A data root holding a small gec-en, built by scripts/build_gec_corpus.py from a few standard-library
+    modules (cached)."""
+    def build(out):
+        stdlib = out / "stdlib"
+        stdlib.mkdir()
+        for name in GEC_STDLIB:
+            shutil.copy(Path(sysconfig.get_paths()["stdlib"]) / name, stdlib / name)
+        run([sys.executable, "-m", "scripts.build_gec_corpus", "--out", str(out / "gec-en"), "--stdlib", str(stdlib),
+             "--test-size", "6", "--valid-size", "4", "--vocab-size", "300", "--train-copies", "2", "--workers", "1"],
+            cwd=REPO)
+
+    return cached("gec-dry", [GEC_STDLIB, file_sha256(REPO / "scripts" / "build_gec_corpus.py")], build)
 
 
 def dry_corpora(corpus, root):
-    """en-de cut from the tiny test corpus (its dictionaries) and a typo-correction corpus built by
-    scripts/build_typo_corpus.py from its English side: a data root as convergence_run.sh makes."""
+    """en-de cut from the tiny test corpus (its dictionaries) and the small gec-en (:func:`small_gec`): a data
+    root as convergence_run.sh makes."""
     de = root / "en-de"
     sub = root / "sub"
     sub.mkdir(parents=True)
@@ -38,13 +54,8 @@ def dry_corpora(corpus, root):
          "--trainpref", str(sub / "train"), "--validpref", str(sub / "valid"), "--testpref", str(sub / "test"),
          "--srcdict", str(corpus / "bin" / "dict.en.txt"), "--tgtdict", str(corpus / "bin" / "dict.de.txt"),
          "--destdir", str(de / "bin"), "--workers", "1"])
-    text = root / "english.txt"
-    text.write_text("".join((corpus / "train.en").read_text().splitlines(keepends=True)[:300]))
-    run([sys.executable, "-m", "scripts.build_typo_corpus", "--from-text", str(text), "--out", str(root / "typo-en"),
-         "--test-size", str(DRY_TEST), "--valid-size", str(DRY_TEST), "--vocab-size", "300", "--workers", "1"],
-        cwd=REPO)
+    shutil.copytree(small_gec() / "gec-en", root / "gec-en")
     shutil.rmtree(sub)
-    text.unlink()
     return root
 
 
@@ -60,7 +71,7 @@ def offline_bundle(tiny_corpus, tmp_path_factory):
 @pytest.fixture(scope="module")
 def shipped(offline_bundle, tiny_model, tmp_path_factory):
     """A models/ folder as the repository ships one: a baseline (the tiny model) with its en-de set, no
-    typo verifier, so the speed part decodes the one and trains the other briefly."""
+    GEC-like verifier, so the speed part decodes the one and trains the other briefly."""
     folder = tmp_path_factory.mktemp("models")
     entry = {"name": "baseline", "config": "configs/models/baseline.args", "corpus": "en-de", "updates": 300,
              "converged": None, "stopped": "a test's", "command": "fairseq-train", "valid_bleu": None, "test_bleu": None}
@@ -107,11 +118,11 @@ def test_dry_run_both_parts(offline_bundle, shipped, tmp_path):
     assert not [r for r in rows if r.get("status") in ("skipped", "failed")]
     env = [r for r in rows if r["step"] == "environment"]
     assert len(env) == 2 and all(r["device"] == "cpu" for r in env)
-    assert "iad_typo trained briefly first" in summary  # the shipped baseline decoded, the missing verifier trained
+    assert "gec_tiny trained briefly first" in summary  # the shipped baseline decoded, the missing verifier trained
     assert "/fast-decoding-site." in summary  # fairseq came from the bundle's --target folder, not the venv's
     bench = [r for r in rows if r["step"] == "benchmark reference.json"]
     methods = {r["method"] for r in bench}
-    assert {"en-de: fairseq greedy", "typo->en: IAD k=10 q=2 (fixed width)"} <= methods, methods
+    assert {"en-de: fairseq greedy", "gec->en: IAD k=10 q=2 (fixed width)"} <= methods, methods
     assert all(r["batch_size"] == 2 and r["dtype"] == "fp32" and r["tokens_per_s"] > 0 for r in bench)
     lossless = [r for r in bench if "Jacobi" in r["method"] or "IAD" in r["method"]]
     assert lossless and all(r["identical_to_greedy"] == 1.0 for r in lossless)
@@ -219,7 +230,6 @@ def test_a_distilled_corpus_travels_with_its_teacher(tmp_path, tiny_model):
 
 
 # ---- the base part (issue 48) ----
-GEC_STDLIB = ("argparse.py", "subprocess.py", "typing.py")  # a few hundred sentences, built in seconds
 TINY_BASE = ("--arch transformer_fast_tiny --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
              "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
              "--encoder-attention-heads 2 --decoder-attention-heads 2 --max-tokens 256")
@@ -230,16 +240,7 @@ def gec_bundle(tmp_path_factory):
     """A bundle's data as ``offline_bundle.sh DIR --corpora gec-en`` leaves it: a small gec-en built by
     scripts/build_gec_corpus.py from a few standard-library modules.  No wheels: the base part runs on
     this Python's fairseq (the install path is test_dry_run_both_parts')."""
-    def build(out):
-        stdlib = out / "stdlib"
-        stdlib.mkdir()
-        for name in GEC_STDLIB:
-            shutil.copy(Path(sysconfig.get_paths()["stdlib"]) / name, stdlib / name)
-        run([sys.executable, "-m", "scripts.build_gec_corpus", "--out", str(out / "gec-en"), "--stdlib", str(stdlib),
-             "--test-size", "6", "--valid-size", "4", "--vocab-size", "300", "--train-copies", "2", "--workers", "1"],
-            cwd=REPO)
-
-    data = cached("gec-dry", [GEC_STDLIB, file_sha256(REPO / "scripts" / "build_gec_corpus.py")], build)
+    data = small_gec()
     dest = tmp_path_factory.mktemp("gec-bundle")
     found = bundle_mod.copy_corpora(data, dest / "data", ["gec-en"])
     assert found["gec-en"] == {"from": str((data / "gec-en").resolve())} and found["en-de"]["left_out"]
@@ -261,10 +262,10 @@ def test_gec_en_travels_without_its_train_text(tmp_path):
     (src / "bin").mkdir(parents=True)
     for name in ("bin/train.gec-en.en.bin", "test.en", "test.gec", "valid.en", "spm.model", "subword", "train.en"):
         (src / name).write_text(name)
-    (tmp_path / "data" / "typo-en" / "bin").mkdir(parents=True)
+    (tmp_path / "data" / "en-de" / "bin").mkdir(parents=True)
     found = bundle_mod.copy_corpora(tmp_path / "data", tmp_path / "bundle", ["gec-en"])
     assert found["gec-en"] == {"from": str(src.resolve())}
-    assert found["typo-en"]["left_out"] and not (tmp_path / "bundle" / "typo-en").exists()
+    assert found["en-de"]["left_out"] and not (tmp_path / "bundle" / "en-de").exists()
     copied = sorted(str(p.relative_to(tmp_path / "bundle" / "gec-en")) for p in (tmp_path / "bundle" / "gec-en").rglob("*")
                     if p.is_file())
     assert copied == ["bin/train.gec-en.en.bin", "spm.model", "subword", "test.en", "test.gec", "valid.en"]

@@ -71,14 +71,14 @@ def test_convergence_lists_decode_head_tail_at_its_papers_beam_with_doubletopk()
     # the reference trains before every model with a curve: every order's floor is 3x the updates at which
     # it flattened (the drafters, with no curve, may go first)
     assert [m["name"] for m in models if m["curve"]][0] == "l2r_kd"
-    # what models/ ships trains first; the comparisons that do not ship (a list of their own) after the typo verifier
+    # what models/ ships trains first; the comparisons that do not ship (a list of their own) after the GEC-like verifier
     extra = {m["name"] for m in model_list.read_models(REPO / "configs" / "reference" / "convergence_extra.txt")}
     assert extra == {"ibdecoder_scratch", "gad_drafter", "gad_drafter_shallow_feat", "gad_drafter_shallow_eagle", "r2l",
                      "sa_l2r_c2"} and not extra & {m["name"] for m in models}
     # the set fits models/' 40 MiB with one drafter (stand-ins packed, 2026-11-27: 39.7 MiB)
     assert [m["name"] for m in models if "gad_drafter" in m["name"]] == ["gad_drafter_shallow"]
     script = (REPO / "scripts" / "convergence_run.sh").read_text()
-    assert script.index('stage1 "$parallel"  # the typo verifier') < script.index("convergence_extra  #")
+    assert script.index('stage1 "$parallel"  # the GEC-like verifier') < script.index("convergence_extra  #")
     assert '[ "${2:-convergence_kd}" = convergence_kd ] || ship=()' in script  # comparisons never go into models/
 
 

@@ -4,8 +4,8 @@ Layout (``python -m scripts.benchmark --checkpoints models/ --data models/data/e
 
     models/MANIFEST.json               one entry per model: what it is, how far it trained, its BLEU, sha256
     models/<name>/checkpoint_best.pt   fp16 weights and the saved config; no optimizer moments
-    models/data/<corpus>/              what a model is measured on: the subword model, the dictionaries and
-                                       the valid/test sets as text and binarized (a corpus folder without train)
+    models/data/<corpus>/              what a model is measured on: the subword model, the dictionaries, the
+                                       valid/test sets binarized and the test set's text (a corpus folder without train)
 
 The corpora are built from the message catalogs of a machine, which differ between machines, so the
 published numbers are measured on the shipped sets, and a training goes on from a shipped model only
@@ -36,8 +36,9 @@ ROLES = {
     "verifier": "the baseline the drafters and blockwise heads are trained for: the one models/ ships",
 }
 EXTRA_STATE_KEPT = ("train_iterator", "previous_training_time", "best", "val_loss")  # what resuming reads
-EVALUATION_SPLITS = ("valid", "test")
-# besides the raw valid/test text and bin/'s dictionaries and splits: what turns new text into pieces and back
+EVALUATION_SPLITS = ("valid", "test")  # binarized in bin/ (scripts/orders_report.py reads valid's slot accuracy)
+TEXT_SPLITS = ("test",)  # as raw text: the references test BLEU is scored against (valid's text would pass the budget)
+# besides the raw test text and bin/'s dictionaries and splits: what turns new text into pieces and back
 # (not spm.vocab, sentencepiece's readable listing, nor the <split>.sub.<lang> files bin/ was made from: the
 # set fits the 40 MiB budget with them left out, 0.6 MiB)
 SEGMENTATION_FILES = ("spm.model", "bpe.codes", "subword")
@@ -129,7 +130,7 @@ def ship_corpus(corpus, dest):
     """Copy what measuring a model on ``corpus`` needs into ``dest`` (no train split)."""
     corpus, dest = Path(corpus), Path(dest)
     wanted = [p for p in corpus.iterdir() if p.is_file() and (p.name in SEGMENTATION_FILES or (
-        p.name.split(".")[0] in EVALUATION_SPLITS and len(p.name.split(".")) == 2))]  # <split>.<lang>
+        p.name.split(".")[0] in TEXT_SPLITS and len(p.name.split(".")) == 2))]  # <split>.<lang>
     wanted += [p for p in (corpus / "bin").iterdir() if p.name.startswith(("dict.",) + EVALUATION_SPLITS)]
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -38,10 +38,9 @@ REPO = Path(__file__).resolve().parents[3]
 FAIRSEQ = ("fairseq-fixed", "0.12.3.1")
 DEPENDENCIES = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "bitarray", "cffi", "pycparser")
 SDIST_ONLY = ("antlr4-python3-runtime",)  # no wheel on PyPI: one pure-Python wheel built here serves every Python
-CORPORA = ("en-de", "en-de-distilled", "typo-en", "gec-en")  # gec-en: the base part's (offline/base_size.py)
+CORPORA = ("en-de", "en-de-distilled", "gec-en")  # gec-en: stage 1's IAD verifier and the base part's (offline/base_size.py)
 TEACHER = "teacher.pt"  # in a distilled corpus's folder: the checkpoint its distill.json names
 CORPUS_COMMANDS = {"en-de": "python -m scripts.build_message_corpus --pair en-de --out {data}/en-de",
-                   "typo-en": "python -m scripts.build_typo_corpus --out {data}/typo-en",
                    "gec-en": "python -m scripts.build_gec_corpus --out {data}/gec-en",
                    "en-de-distilled": "built by the train part (scripts.distill) from the trained baseline"}
 TARGET = {"python": "3.12", "abi": "cp312",
@@ -265,7 +264,7 @@ def build(dest, data=None, python312=None, local_only=False, with_local=False, c
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="the bundle folder (git-ignored; offline-bundle/ is)")
-    ap.add_argument("--data", help="data root with en-de/, en-de-distilled/, typo-en/ (as scripts/convergence_run.sh builds), gec-en/")
+    ap.add_argument("--data", help="data root with en-de/, en-de-distilled/, gec-en/ (as scripts/convergence_run.sh builds)")
     ap.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=CORPORA,
                     help="the corpora to carry (default: every one --data has); the base part needs gec-en only")
     ap.add_argument("--python312", help="a Python 3.12 interpreter (default: python3.12 on PATH, else pyenv's)")

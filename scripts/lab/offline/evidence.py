@@ -160,7 +160,8 @@ class Evidence:
         src = Path(self.args.bundle) / "data"
         if not self.data.exists():
             shutil.copytree(src, self.data) if src.is_dir() else self.data.mkdir(parents=True)
-        missing = [c for c in ("en-de", "typo-en") if not (self.data / c / "bin").is_dir()]
+        missing = [c for c in sorted({m["corpus"] for m in self.read_models(GOLD).values()})  # stage 1's corpora
+                   if not (self.data / c / "bin").is_dir()]
         if missing:
             manifest = json.loads((Path(self.args.bundle) / "MANIFEST.json").read_text())
             self.report.add("corpora missing", "\n".join(f"- {c}: build with `{manifest['corpora'][c]['command']}`"
