@@ -33,7 +33,7 @@ reference itself, and for every model with ``--flatten-reference none``; with ``
 at which the model's own curve first flattened: stage 1 has no reference, and the typo verifier's
 curve paused at 3,000 updates, 68.9 BLEU, on its way to 77); curve.json records it and a converged
 model is not trained again when the command is re-run, unless the record was made under another rule.  Trainings that stop early
-(``--stop-minutes``: fairseq's ``--stop-time-hours``) still save their last checkpoint; re-running
+(``--stop-minutes``: fairseq's ``--stop-time-hours``, counted from the training time of the checkpoint each resumes from) still save their last checkpoint; re-running
 the command resumes every unconverged training from its last checkpoint (the newest one torch can
 load).  Stopping the command stops its trainings.
 
@@ -59,7 +59,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--names", nargs="*", help="only these models of the list")
     ap.add_argument("--max-update", type=int, default=8000, help="stop a training that has not converged here")
-    ap.add_argument("--stop-minutes", type=float, default=0, help="stop every training after this wall time")
+    ap.add_argument("--stop-minutes", type=float, default=0, help="stop every training after this much more training time (counted from the checkpoint it resumes from)")
     ap.add_argument("--interval", type=int, default=500, help="save, validate and score every N updates")
     ap.add_argument("--parallel", type=int, default=2, help="trainings at once (2 on a 2-core CPU machine), "
                     "between this run and any run beside it with the same --out")

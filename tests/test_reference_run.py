@@ -432,6 +432,38 @@ def test_a_pinned_teacher_comes_from_the_repositorys_history_checked_by_sha256(t
     assert not (tmp_path / "out2.pt").exists() and not (tmp_path / "out3.pt").exists()
 
 
+def test_stop_minutes_count_from_where_a_training_resumes(tmp_path, monkeypatch, tiny_model):
+    """fairseq's --stop-time-hours is compared with the training time a resumed checkpoint saved: a model
+    resumed after 2 hours of training must get --stop-minutes 30 more, not stop at once (as gec_tiny did)."""
+    import torch
+
+    from fairseq_plugins.compat import load_checkpoint
+
+    out = tmp_path / "out"
+    folder = out / "checkpoints" / "resumed"
+    folder.mkdir(parents=True)
+    state = load_checkpoint(tiny_model)
+    state.setdefault("extra_state", {})["previous_training_time"] = 7200.0
+    torch.save(state, folder / "checkpoint_last.pt")
+    asked = {}
+    monkeypatch.setattr(orchestration, "train_command",
+                        lambda m, args, gpu: asked.__setitem__(m["name"], args.stop_minutes) or [sys.executable, "-c", ""])  # the last call: the one started
+    args = argparse.Namespace(out=str(out), data=str(tmp_path), skip_training=False, parallel=2, threads=1, seed=1,
+                              flatten_reference="none", max_update=10 ** 6, models_dir=None, stop_minutes=30.0,
+                              interval=5, train_args=[])
+    run = orchestration.ReferenceRun([{"name": n, "curve": True} for n in ("resumed", "fresh")], args, gpu=False)
+    try:
+        run.start_trainings()
+    finally:
+        run.stop_all()
+    assert asked == {"resumed": 150.0, "fresh": 30.0}
+    m = {"name": "x", "corpus": "c", "config": "configs/models/gec_tiny.args", "extra": [], "baseline": None,
+         "updates": None}
+    cmd = train_command.train_command(m, train_command.counted_from(args, folder / "checkpoint_last.pt"), gpu=False)
+    assert cmd[cmd.index("--stop-time-hours") + 1] == "2.5000"
+    assert train_command.counted_from(argparse.Namespace(stop_minutes=0), folder / "checkpoint_last.pt").stop_minutes == 0
+
+
 def test_runs_side_by_side_share_the_training_slots(tmp_path, monkeypatch):
     """Stages 1 and 2 run side by side with --parallel 2 each: two trainings between them, and the slot
     one frees goes to the other run's next model at once (the orders no longer wait for L2R-KD)."""

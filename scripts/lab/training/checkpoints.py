@@ -56,6 +56,12 @@ def restore_file(save_dir):
     return None
 
 
+def trained_seconds(checkpoint):
+    """The training time fairseq saved in ``checkpoint`` (``extra_state['previous_training_time']``, seconds;
+    0 without one): what its ``--stop-time-hours`` counts from when a training resumes from it."""
+    return float((load_checkpoint(checkpoint, mmap=True).get("extra_state") or {}).get("previous_training_time") or 0.0)
+
+
 def checkpoint_updates(checkpoint):
     """The updates a fairseq checkpoint was saved at (memory-mapped: the tensors are not read)."""
     return load_checkpoint(checkpoint, mmap=True)["optimizer_history"][-1]["num_updates"]

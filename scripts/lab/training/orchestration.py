@@ -10,7 +10,7 @@ from scripts.lab.evaluation.jobs import Job, TrainingSlots, job_env
 from scripts.lab.evaluation.reference_models import ReferenceModels
 from scripts.lab.training.checkpoints import interval_checkpoints, restore_file, trained_updates
 from scripts.lab.training.model_list import REPO, max_update_of
-from scripts.lab.training.train_command import missing_inputs, train_command
+from scripts.lab.training.train_command import counted_from, missing_inputs, train_command
 
 SELF = "self"  # --flatten-reference self: a model's floor is 3x the updates at which its own curve first flattened
 
@@ -186,7 +186,10 @@ class ReferenceRun:
                     self.slot_wait_logged = True
                 return
             self.slot_wait_logged = False
-            restore = restore_file(self.out / "checkpoints" / m["name"]) or self.shipped_start(m)
+            save = self.out / "checkpoints" / m["name"]
+            restore = restore_file(save) or self.shipped_start(m)
+            last = save / "checkpoint_last.pt"
+            cmd = train_command(m, counted_from(self.args, restore or (last if last.exists() else None)), self.gpu)
             self.trainings[m["name"]] = Job(m["name"], cmd + (["--restore-file", str(restore)] if restore else []),
                                             self.out / m["name"] / "train.log", job_env(REPO, self.args.threads))
             self.log(f"started {m['name']}")

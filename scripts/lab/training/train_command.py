@@ -1,10 +1,12 @@
 """The fairseq-train command of one model of a reference run (its config, its list line's extra words,
 the run's interval and seed; ``--fp16`` on a GPU, ``--cpu`` otherwise), the checkpoints it reads that do not
 exist yet, and its portable form for the manifest of ``models/``."""
+import argparse
 import shlex
 import sys
 from pathlib import Path
 
+from scripts.lab.training.checkpoints import trained_seconds
 from scripts.lab.training.model_list import REPO, config_args, max_update_of
 
 PLUGIN_DIR = REPO / "fairseq_plugins"
@@ -32,6 +34,15 @@ def train_command(model, args, gpu):
         cmd += ["--stop-time-hours", f"{args.stop_minutes / 60:.4f}"]
     cmd += ["--fp16"] if gpu else ["--cpu"]
     return cmd + extra + args.train_args
+
+
+def counted_from(args, checkpoint):
+    """``args`` with ``--stop-minutes`` counted from ``checkpoint`` (where the training resumes; None: a fresh
+    start): fairseq's ``--stop-time-hours`` is compared with the training time the checkpoint saved, so a
+    training resumed past it would stop at once instead of training ``--stop-minutes`` more."""
+    if not getattr(args, "stop_minutes", 0) or checkpoint is None:
+        return args
+    return argparse.Namespace(**dict(vars(args), stop_minutes=args.stop_minutes + trained_seconds(checkpoint) / 60))
 
 
 def missing_inputs(cmd, ckpt_root):
