@@ -39,6 +39,7 @@ from fairseq_plugins.decoding.drafters import DRAFTERS, check_block_size
 from fairseq_plugins.decoding.engine import build_draft_verify_generator
 from fairseq_plugins.decoding.report import summary_line
 from fairseq_plugins.decoding.threads import choose_cpu_threads
+from fairseq_plugins.tasks.cpu_autocast import TrainingAutocast
 from fairseq_plugins.orders import (ABLATIONS, ORDER_NAMES, OrderError, order_from_config, order_signature_of_config,
                                     order_signature_of_model)
 from fairseq_plugins.errors import PluginError
@@ -94,6 +95,10 @@ class FastTranslationConfig(TranslationConfig):
         default=None, metadata={"help": "threads of a decode on the CPU (unset: OMP_NUM_THREADS if set, else 1: "
                                 "torch's default of one per core slows down many times when another process "
                                 "shares the cores)"})
+    cpu_bf16_autocast: bool = field(
+        default=False, metadata={"help": "train with bf16 autocast when the model is on the CPU (fairseq's --amp is "
+                                "CUDA's only): about 1.9x faster updates at Transformer-base size on a CPU with "
+                                "AVX512-BF16 or AMX; falls back to fp32, with a log line, elsewhere"})
     no_verify_shipped: bool = field(
         default=False, metadata={"help": "load a checkpoint of a models/ folder without checking it against its "
                                  "MANIFEST.json's sha256 and the data folder's dictionaries against its own"})
@@ -122,6 +127,7 @@ class FastTranslationTask(TranslationTask):
         self._building_model = False  # TranslationTask.build_model builds the --eval-bleu generator of a training
         self._interactive_lines = 0  # the fairseq-interactive input lines read so far
         self._constraints = None
+        self._autocast = TrainingAutocast(cfg.cpu_bf16_autocast)
 
     # ---- training: reorder the target side ----
     @property
@@ -154,6 +160,10 @@ class FastTranslationTask(TranslationTask):
 
             init_from_l2r(model, self.cfg.init_from_l2r)
         return model
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        with self._autocast.context(model):  # --cpu-bf16-autocast (cpu_autocast.py)
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad=ignore_grad)
 
     # ---- decoding: pick the generator ----
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
