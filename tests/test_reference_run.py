@@ -517,3 +517,15 @@ def test_the_floor_warning_names_only_models_the_rule_judges(tmp_path):
     floor = run.reference_floor()
     assert floor == learning_curve.min_updates(points, 5, 0.3) > 1000
     assert len(logged) == 1 and "ibdecoder stop at --max-update first" in logged[0] and "drafter" not in logged[0]
+
+
+def test_a_pack_under_another_max_update_than_the_trainings_is_refused(tiny_model):
+    """The manifest's command and its 'of at most N updates' are this run's --max-update: packing gec_tiny (trained
+    to 12,000) with the default 8000 wrote 8000 into both.  tiny_model trained with --max-update 300."""
+    from scripts.lab.training import packing
+
+    with pytest.raises(SystemExit, match=r"trained with --max-update 300, not 8000: run this with --max-update 300"):
+        packing.check_max_update({"name": "m"}, tiny_model, 8000)
+    with pytest.raises(SystemExit, match=r"run this with --max-update 150"):  # a model that trains 2x the run's
+        packing.check_max_update({"name": "m", "update_scale": 2.0}, tiny_model, 1000)
+    packing.check_max_update({"name": "m"}, tiny_model, 300)

@@ -67,6 +67,12 @@ def checkpoint_updates(checkpoint):
     return load_checkpoint(checkpoint, mmap=True)["optimizer_history"][-1]["num_updates"]
 
 
+def checkpoint_max_update(checkpoint):
+    """The --max-update the training that saved ``checkpoint`` ran under (its saved config), or None."""
+    cfg = load_checkpoint(checkpoint, mmap=True).get("cfg") or {}
+    return (cfg.get("optimization") or {}).get("max_update")
+
+
 def exported_checkpoint(m, out, data):
     """The interval checkpoint at which the model converged; else checkpoint_best.pt, or for a model
     trained on a distilled corpus (``distill.json`` in it) checkpoint_last.pt, since the gold

@@ -5,13 +5,24 @@ from pathlib import Path
 
 from scripts.lab.evaluation import learning_curve
 from scripts.lab.evaluation.reference_models import ReferenceModels, better, evaluation_corpus
-from scripts.lab.training.checkpoints import checkpoint_updates, exported_checkpoint, snapshot_checkpoint
+from scripts.lab.training.checkpoints import (checkpoint_max_update, checkpoint_updates, exported_checkpoint,
+                                              snapshot_checkpoint)
 from scripts.lab.training.curve_scoring import CURVE_GENERATE, score
 from scripts.lab.training.model_list import max_update_of
 from scripts.lab.training.train_command import cuda_available, portable_command, train_command
 
 # a model packed before it finished: said so in the manifest, read long after the run that packed it ended
 SNAPSHOT = " (a snapshot: a later run with --models-dir resumes its training from it)"
+
+
+def check_max_update(m, checkpoint, max_update):
+    """The manifest's command and its "of at most N updates" come from this run's --max-update: it must be the one
+    the checkpoint trained under (a pack with the default 8000 wrote gec_tiny's 12,000-update cap as 8000)."""
+    trained = checkpoint_max_update(checkpoint)
+    if trained is not None and trained != max_update:
+        scale = m.get("update_scale", 1.0)
+        raise SystemExit(f"error: {checkpoint} trained with --max-update {trained}, not {max_update}: run this with "
+                         f"--max-update {round(trained / scale)}, the training's own")
 
 
 def offer(m, args):
@@ -31,6 +42,7 @@ def offer(m, args):
         return False
     updates = checkpoint_updates(checkpoint)
     max_update = max_update_of(m, args)
+    check_max_update(m, checkpoint, max_update)
     if converged:
         floor = f", the last at >= {converged['min_updates']} updates" if converged["min_updates"] else ""
         stopped = (f"converged at {updates} updates (validation BLEU within {converged['tolerance']} over the last "
