@@ -519,13 +519,15 @@ def test_the_floor_warning_names_only_models_the_rule_judges(tmp_path):
     assert len(logged) == 1 and "ibdecoder stop at --max-update first" in logged[0] and "drafter" not in logged[0]
 
 
-def test_a_pack_under_another_max_update_than_the_trainings_is_refused(tiny_model):
+def test_a_pack_under_a_smaller_max_update_than_the_trainings_is_refused(tiny_model):
     """The manifest's command and its 'of at most N updates' are this run's --max-update: packing gec_tiny (trained
-    to 12,000) with the default 8000 wrote 8000 into both.  tiny_model trained with --max-update 300."""
+    to 12,000) with the default 8000 wrote 8000 into both.  tiny_model: 300 updates under --max-update 300."""
     from scripts.lab.training import packing
 
-    with pytest.raises(SystemExit, match=r"trained with --max-update 300, not 8000: run this with --max-update 300"):
-        packing.check_max_update({"name": "m"}, tiny_model, 8000)
-    with pytest.raises(SystemExit, match=r"run this with --max-update 150"):  # a model that trains 2x the run's
-        packing.check_max_update({"name": "m", "update_scale": 2.0}, tiny_model, 1000)
-    packing.check_max_update({"name": "m"}, tiny_model, 300)
+    with pytest.raises(SystemExit, match=r"at 300 updates, past this run's --max-update 200: run this with the "
+                                         r"training's own, --max-update 300"):
+        packing.check_max_update({"name": "m"}, tiny_model, 300, 200)
+    with pytest.raises(SystemExit, match=r"--max-update 150$"):  # a model that trains 2x the run's --max-update
+        packing.check_max_update({"name": "m", "update_scale": 2.0}, tiny_model, 300, 200)
+    packing.check_max_update({"name": "m"}, tiny_model, 300, 300)
+    packing.check_max_update({"name": "m"}, tiny_model, 300, 5000)  # a snapshot that a later run trains further

@@ -15,14 +15,13 @@ from scripts.lab.training.train_command import cuda_available, portable_command,
 SNAPSHOT = " (a snapshot: a later run with --models-dir resumes its training from it)"
 
 
-def check_max_update(m, checkpoint, max_update):
-    """The manifest's command and its "of at most N updates" come from this run's --max-update: it must be the one
-    the checkpoint trained under (a pack with the default 8000 wrote gec_tiny's 12,000-update cap as 8000)."""
-    trained = checkpoint_max_update(checkpoint)
-    if trained is not None and trained != max_update:
-        scale = m.get("update_scale", 1.0)
-        raise SystemExit(f"error: {checkpoint} trained with --max-update {trained}, not {max_update}: run this with "
-                         f"--max-update {round(trained / scale)}, the training's own")
+def check_max_update(m, checkpoint, updates, max_update):
+    """The manifest's command and its "of at most N updates" come from this run's --max-update: a checkpoint past
+    it trained under another (a pack with the default 8000 wrote gec_tiny's 12,000-update cap as 8000)."""
+    if updates > max_update:
+        trained = checkpoint_max_update(checkpoint) or updates
+        raise SystemExit(f"error: {checkpoint} is at {updates} updates, past this run's --max-update {max_update}: run "
+                         f"this with the training's own, --max-update {round(trained / m.get('update_scale', 1.0))}")
 
 
 def offer(m, args):
@@ -42,7 +41,7 @@ def offer(m, args):
         return False
     updates = checkpoint_updates(checkpoint)
     max_update = max_update_of(m, args)
-    check_max_update(m, checkpoint, max_update)
+    check_max_update(m, checkpoint, updates, max_update)
     if converged:
         floor = f", the last at >= {converged['min_updates']} updates" if converged["min_updates"] else ""
         stopped = (f"converged at {updates} updates (validation BLEU within {converged['tolerance']} over the last "
