@@ -1,6 +1,7 @@
 """The GEC-like corpus (scripts/build_gec_corpus.py, scripts/lab/corpora/gec_*.py): GEC's sentence lengths
 and edit rates, a deterministic build, and splits that never share a correct sentence."""
 from argparse import Namespace
+import shlex
 
 import pytest
 
@@ -103,6 +104,11 @@ def test_the_manifest_ships_the_tiny_gec_verifier_and_records_what_does_not_ship
     assert tiny["corpus_sha256"] == base["corpus_sha256"]  # the side-by-side: one corpus
     assert tiny["evaluation_data"] == "data/gec-en" and tiny["test_bleu"] is not None
     assert "--arch transformer " in base["command"]  # Transformer base, not the tiny size
+    from scripts.lab.training.model_list import config_args
+
+    for entry in (base, tiny):  # the recorded command is the config as it is now, not a stale copy of it
+        words = shlex.split(entry["command"])
+        assert [w for w in config_args(entry["config"], "CKPT", "DATA") if w not in words] == []
     assert "--arch transformer_fast_tiny " in tiny["command"]
     retrain = records["iad_typo"]["shipped"].split("retrain with ")[1]  # a list that still names it
     assert retrain.startswith("python -m scripts.reference_run --models ") and "--names iad_typo " in retrain
