@@ -97,8 +97,8 @@ class FastTranslationConfig(TranslationConfig):
                                 "shares the cores)"})
     cpu_bf16_autocast: bool = field(
         default=False, metadata={"help": "train with bf16 autocast when the model is on the CPU (fairseq's --amp is "
-                                "CUDA's only): about 1.9x faster updates at Transformer-base size on a CPU with "
-                                "AVX512-BF16 or AMX; falls back to fp32, with a log line, elsewhere"})
+                                "CUDA's only): about 1.7x faster updates at Transformer-base size on a CPU with "
+                                "AVX512-BF16 or AMX (docs/RESULTS.md); falls back to fp32, with a log line, elsewhere"})
     no_verify_shipped: bool = field(
         default=False, metadata={"help": "load a checkpoint of a models/ folder without checking it against its "
                                  "MANIFEST.json's sha256 and the data folder's dictionaries against its own"})
