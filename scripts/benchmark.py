@@ -65,7 +65,9 @@ ratio (fairseq's greedy and the engine's greedy: exactly 1.0 at batch 1; a draft
 accepted tokens: below 1; a PJ/PGJ length oracle's calls counted in, a GAD drafter's own calls
 not: the engine counts its verifier's).  At batch size B one call serves B rows, so compare it with
 the greedy rows of the same batch size (their value there is about 1/B).  None for CTranslate2
-rows (no call count).  A ``--drafter auto`` row carries ``drafter_choice``: the engine's summary of
+rows (no call count).  What the width policy chose, over the same pass: ``draft_width`` (draft slots a
+row sent in the calls that verified a draft) and ``drafted_share`` (the share of row-calls that
+verified one); None where no drafter runs (fairseq's rows, CTranslate2's).  A ``--drafter auto`` row carries ``drafter_choice``: the engine's summary of
 which drafter it kept and why, as of its first timed pass (also listed under results.md's table).
 
 Memory: ``peak_mem_mb`` = the row's weights (parameters and buffers of every model it holds, a

@@ -21,7 +21,7 @@ SPEC_FIELDS = {"method", "config", "batch_size", "beam", "bleu", "sacrebleu_sign
                "device", "dtype"}
 NEW_FIELDS = {"family", "bleu_bp", "bleu_ratio", "ratio_vs_greedy", "ratio_vs_ct2", "ratio_vs_beam5",
               "speed_ratio_range", "peak_mem_mb", "mem_vs_greedy", "counts_over", "counts_sentences",
-              "model_calls_all", "mean_accepted_all", "timed_tokens"}
+              "model_calls_all", "mean_accepted_all", "timed_tokens", "draft_width", "drafted_share"}
 quiet = dict(log=lambda *a, **k: None)
 
 
@@ -595,6 +595,10 @@ def test_calls_per_token_of_lossless_drafting_rows(tiny_corpus, tiny_model, tmp_
     assert iad["identical_to_greedy"] == 1.0 and iad["timed_tokens"] == engine["timed_tokens"]
     assert iad["calls_per_token"] < 1.0
     assert iad["calls_per_token"] == round(iad["model_calls"] / engine["timed_tokens"], 4)
+    # the widths the policy chose: a fixed width of 10 sends at most 10 slots, in the calls where IAD has a draft
+    assert 1.0 <= iad["draft_width"] <= 10 and 0 < iad["drafted_share"] <= 1
+    assert engine["draft_width"] is None and engine["drafted_share"] == 0.0  # the engine, no drafter
+    assert by["fairseq greedy"]["draft_width"] is None and by["fairseq greedy"]["drafted_share"] is None
 
 
 def test_an_auto_row_says_which_drafter_it_kept_and_why(tiny_corpus, tiny_model, tmp_path):

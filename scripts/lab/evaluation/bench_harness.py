@@ -32,6 +32,17 @@ def _mean_accepted(stats):
     return round(stats["accepted_tokens"] / stats["iterations"], 3) if stats.get("iterations") else None
 
 
+def _widths(stats):
+    """What the width policy chose (issue 48: "with the widths the width policy chose"): ``draft_width``,
+    the draft slots a row sent in the calls that verified a draft (None: none did, or no drafter), and
+    ``drafted_share``, the share of row-calls that verified one (None: no drafter)."""
+    if "draft_tokens" not in stats or not stats.get("iterations"):
+        return {"draft_width": None, "drafted_share": None}
+    drafted = stats.get("drafted_iterations", 0)
+    return {"draft_width": round(stats["draft_tokens"] / drafted, 2) if drafted else None,
+            "drafted_share": round(drafted / stats["iterations"], 3)}
+
+
 def _load_runner(row, corpus, ckpt, args, beam, bs, device, fp16, threads, out, max_len, timed_sentences):
     if row.get("backend", "fairseq") == "ctranslate2":
         return CTranslate2Runner(corpus, ckpt, beam, bs, device, threads, out, max_len, timed_sentences,
@@ -154,7 +165,7 @@ def run_benchmark(rows, data, checkpoints, out, batch_sizes=(1, 32), runs=RUNS, 
             "ratio_vs_ct2": None, "ratio_vs_beam5": None,
             "ratio_vs_engine_greedy": None if ratio_vs_engine is None else round(ratio_vs_engine, 3),
             "model_calls": calls, "calls_per_token": _calls_per_token(calls, produced),
-            "mean_accepted": _mean_accepted(stats),
+            "mean_accepted": _mean_accepted(stats), **_widths(stats),
             "counts_over": "timed sentences", "counts_sentences": n_sentences(timed),
             "model_calls_all": q["calls"], "mean_accepted_all": _mean_accepted(qstats),
             "identical_to_greedy": identical, "identical_sentences": len(ids) if identical is not None else None,

@@ -57,12 +57,13 @@ TABLE = [("method", "method", None), ("corpus", "corpus", None), ("beam", "beam"
          ("ratio_vs_engine_greedy", "× engine greedy", None),
          ("calls_per_token", "calls/token", "{:.3g}"),
          ("model_calls", "model calls", None), ("mean_accepted", "mean accepted", None),
+         ("draft_width", "draft width", None), ("drafted_share", "drafted", "{:.0%}"),
          ("peak_mem_mb", "peak MB", None), ("mem_vs_greedy", "MB vs greedy", "{:+.1f}"),
          ("identical_to_greedy", "identical", "{:.3f}")]
 
 
 OPTIONAL = {"bleu_bp", "ratio_vs_ct2", "ratio_vs_beam5", "ratio_vs_engine_greedy", "calls_per_token", "peak_mem_mb",
-            "mem_vs_greedy", "mean_accepted", "identical_to_greedy"}
+            "mem_vs_greedy", "mean_accepted", "draft_width", "drafted_share", "identical_to_greedy"}
 
 
 def markdown_table(results):
@@ -89,8 +90,9 @@ def write_outputs(results, out, skipped=()):
               "greedy, or its beam of the same width) in the same run; × CT2 and × beam 5 are derived from the "
               "ratios vs fairseq greedy; × engine greedy: a lossless drafting row timed interleaved with the engine's "
               "greedy (--drafter none) on the same model too. Model calls, calls/token (model calls per generated token, "
-              "EOS included: hardware-independent) and mean accepted: over the timed sentences at that batch "
-              f"size. Peak MB: weights + peak tensor memory of a decode ({MEMORY_BATCHES} longest-source timed "
+              "EOS included: hardware-independent), mean accepted, draft width (draft slots a row sent in the calls "
+              "that verified a draft: what the width policy chose) and drafted (the share of row-calls that verified "
+              f"one): over the timed sentences at that batch size. Peak MB: weights + peak tensor memory of a decode ({MEMORY_BATCHES} longest-source timed "
               "batches).\n\n")
     sigs = sorted({r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")})
     choices = [f"{r['method']}, batch {r['batch_size']}: {r['drafter_choice']}" for r in results if r.get("drafter_choice")]
