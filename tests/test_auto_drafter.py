@@ -86,7 +86,7 @@ def test_a_drafter_far_faster_than_plain_greedy_sends_the_others_out_and_is_kept
         choice.record(name, cost[name], 100)
     assert not choice.dropped and choice.batches == {"none": 2, "input_copy": 2, "jacobi_hgj": 2}
     assert choice.chosen == "input_copy"
-    # a new leader sends several out at once, and the turns go on in order among those left
+    # a new leader sends several out at once (both timed slower than it by more than DROP), and is kept
     choice = DrafterChoice(["none", "jacobi_hgj", "input_copy"], trial_batches=3, trial_tokens=200, warmup_batches=0)
     for name, seconds in (("none", 1.0), ("jacobi_hgj", 1.1)):
         assert choice.next(4) == name

@@ -7,6 +7,7 @@ import pytest
 
 from scripts.lab.corpora import gec_corpus, gec_errors, stdlib_prose
 from scripts.corpus_edits import main as corpus_edits_main, summary
+from scripts.lab.training.model_list import config_args
 
 
 def _args(**kw):
@@ -104,8 +105,6 @@ def test_the_manifest_ships_the_tiny_gec_verifier_and_records_what_does_not_ship
     assert tiny["corpus_sha256"] == base["corpus_sha256"]  # the side-by-side: one corpus
     assert tiny["evaluation_data"] == "data/gec-en" and tiny["test_bleu"] is not None
     assert "--arch transformer " in base["command"]  # Transformer base, not the tiny size
-    from scripts.lab.training.model_list import config_args
-
     for entry in (base, tiny):  # the recorded command is the config as it is now, not a stale copy of it
         words = shlex.split(entry["command"])
         assert [w for w in config_args(entry["config"], "CKPT", "DATA") if w not in words] == []

@@ -443,7 +443,8 @@ COLUMNS = [("model", "model"), ("method", "method"), ("batch_size", "batch"), ("
            ("bleu", "BLEU"), ("speed_ratio", "× ref"), ("ratio_vs_greedy", "× fairseq greedy"),
            ("ratio_vs_engine_greedy", "× engine greedy"), ("ratio_vs_ct2", "× CT2"), ("tokens_per_s", "tok/s"),
            ("calls_per_token", "calls/token"), ("mean_accepted", "mean accepted"),
-           ("draft_width", "draft width"), ("drafted_share", "drafted"), ("identical_to_greedy", "identical to fairseq"), ("differs_from_fairseq", "differ from fairseq")]
+           ("draft_width", "draft width"), ("drafted_share", "drafted"),
+           ("identical_to_greedy", "identical to fairseq"), ("differs_from_fairseq", "differ from fairseq")]
 
 
 def table(rows):
