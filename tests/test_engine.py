@@ -203,6 +203,68 @@ def test_scoring_until_every_row_rejected_changes_nothing(setup, acceptance):
     assert lazy_stats["draft_accepted"] > 0
 
 
+def _burn(seconds):
+    """Spend ``seconds`` of this process's CPU time (the engine's CPU clock counts no sleep)."""
+    import time
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _spy_choices(gen):
+    """The scorer's choices, counted: {"chunked": n, "all": n}."""
+    calls = {True: 0, False: 0}
+    choose = gen.scorer.schedule.chunked
+
+    def chunked(rows, m):
+        calls[choose(rows, m)] += 1
+        return choose(rows, m)
+
+    gen.scorer.schedule.chunked = chunked
+    return calls
+
+
+def _copying_the_answer(gen, batches, refs):
+    """IAD copies fairseq's greedy output instead of the source (as in GEC, where most of the output is
+    the input): drafts are accepted far into the call."""
+    import dataclasses
+    answers = {tuple(b["net_input"]["src_tokens"][0].tolist()): refs[int(b["id"][0])]["tokens"] for b in batches}
+    begin = gen.drafter.begin
+
+    def copying(ctx):
+        answer = answers[tuple(ctx.src_tokens[0].tolist())].unsqueeze(0)
+        begin(dataclasses.replace(ctx, src_tokens=answer, src_lengths=torch.tensor([answer.size(1)])))
+
+    gen.drafter.begin = copying
+
+
+@pytest.mark.parametrize("kernel", ["a read of the matrix per product", "a read per row"])
+def test_the_engine_learns_from_the_timings_which_way_to_project_the_columns(setup, kernel):
+    """A projection whose cost is per product (oneDNN's packed kernel at base size), with drafts
+    accepted far into the call: the engine learns to project all columns at once.  One whose cost is
+    per row (MKL's GEMM), with drafts rejected early (IAD's copies of an en-de source): chunk by
+    chunk.  Every output is fairseq's greedy output."""
+    models, task, batches, refs = setup
+    per_product = kernel.endswith("product")
+    gen = engine(models, task, "input_copy", block_size=7, adaptive_block_size="off")
+    if per_product:
+        _copying_the_answer(gen, batches[1][:40], refs[1])
+    fixed, per_row = (0.003, 0.0) if per_product else (0.0, 0.0015)
+    project = gen.verifier.project
+    gen.verifier.project = lambda h: (_burn(fixed + per_row * h.shape[0] * h.shape[1]), project(h))[1]
+    calls = _spy_choices(gen)
+    hyps = decode_all(gen, models, batches[1][:40])
+    assert mismatches({k: refs[1][k] for k in hyps}, hyps) == []
+    share = calls[True] / (calls[True] + calls[False])
+    reach = gen.scorer.schedule.buckets[1].reach
+    if per_product:
+        assert reach[4] > 0.5, reach  # most calls need three chunks or more: three products, not one
+        assert share < 0.3, calls
+    else:
+        assert reach[2] < 0.3, reach  # most calls need one chunk
+        assert share > 0.7, calls
+
+
 # ---- KV cache cut-back ----
 
 def _scratch_lprobs(verifier, src, tokens):

@@ -76,7 +76,6 @@ def test_the_packed_and_plain_products_agree_at_every_row_count(bias):
     b = torch.randn(300) if bias else None
     proj = Product(lambda: w, lambda: b)
     proj.refresh()
-    assert proj.wide_is_cheap
     for rows in (1, 2, 3, 5, 11, 17, 40):  # 2 x rows: 2, 4, 6, 10, 22, 34 (run as 36 by oneDNN: padded) and 80
         x = torch.randn(2, rows, 32)
         ref = F.linear(x, w, b)
@@ -102,12 +101,12 @@ def test_half_precision_and_a_cpu_without_onednn_keep_the_plain_product():
     w = torch.randn(40, 8)
     half = Product(lambda: w.half())
     half.refresh()
-    assert not half.wide_is_cheap
+    assert half._choice is None
     assert half(torch.randn(4, 8).half()).dtype == torch.float16
     with torch.backends.mkldnn.flags(enabled=False):
         plain = Product(lambda: w)
         plain.refresh()
-        assert not plain.wide_is_cheap and plain._choice is None
+        assert plain._choice is None
 
 
 def test_products_of_the_same_kind_share_their_picks():
@@ -119,18 +118,6 @@ def test_products_of_the_same_kind_share_their_picks():
     timed = []
     assert KernelChoice(kind)(2, torch.zeros(2, 4), lambda x: timed.append(1), lambda x: timed.append(2)) is not None
     assert timed == []  # bucket 2 (2-3 rows) was picked by the first: nothing run here
-
-
-@pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
-def test_wide_products_count_as_cheap_only_while_no_multi_row_bucket_timed_the_plain_kernel_faster():
-    w = torch.randn(64, 16)
-    proj = Product(lambda: w, transposed=True)
-    proj.refresh()
-    assert proj.wide_is_cheap  # the packed kernel's premise, until a bucket of several rows says otherwise
-    proj._choice.picks[1] = False  # one row: the plain kernel (as on this CPU) changes nothing
-    assert proj.wide_is_cheap
-    proj._choice.picks[3] = False  # 4-7 rows timed faster plain: wide products are not cheap here
-    assert not proj.wide_is_cheap
 
 
 def test_a_weight_changed_through_p_data_is_seen_by_the_weight_check_not_by_its_version():

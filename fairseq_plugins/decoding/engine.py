@@ -6,8 +6,9 @@ Per iteration, for all unfinished rows at once:
    block-size policy (``width_policy``: fixed, or adapted to what the drafts achieve) caps the width;
 2. the verifier scores ``[last token, d_1..d_k]`` after each row's KV cache in ONE call of the lean
    decoder step (causal inside the draft, each row's logical positions), ``k`` = the widest useful
-   draft of the batch, not ``K``; on a CPU its columns are projected onto the vocabulary only up
-   to the last one some row uses (``scoring.ColumnScorer.until_rejected``);
+   draft of the batch, not ``K``; on a CPU its columns may be projected onto the vocabulary chunk
+   by chunk, only up to the last one some row uses, where that is priced cheaper than all at once
+   (``scoring.ColumnScorer.score``, ``column_schedule``);
 3. fairseq's greedy constraints are applied to the log-probs (PAD, unk penalty, no EOS before
    ``min_len``, EOS forced at ``max_len``), the acceptance rule picks ``n`` draft tokens, and the
    row is extended by ``d_1..d_n`` plus the verifier's own token at the bifurcation (Stern et al.
@@ -101,7 +102,7 @@ class DraftVerifyGenerator(CountingGenerator):
             self._check_drafter_alone(drafter, caps)
         self.policy = policy_for(caps, adaptive_block_size, isinstance(acceptance, Exact), acceptance.needs_verifier)
         self.caps = caps
-        self.lazy_verify: Optional[bool] = None  # None: on a CPU (ColumnScorer.projects_lazily); True/False force it
+        self.lazy_verify: Optional[bool] = None  # None: on a CPU as priced (ColumnScorer.score); True/False force it
         # None: by the device (iteration_cost.host_reads_free); False: read nothing but the one synchronisation
         # per iteration, as on a GPU (tests check that path on a CPU)
         self.host_reads: Optional[bool] = None
@@ -226,15 +227,12 @@ class DraftVerifyGenerator(CountingGenerator):
         tokens = torch.cat([last, draft.tokens], dim=1) if m > 1 else last
         # positions past max_len are never accepted (EOS forced there); keep them inside the table
         positions = steps.clamp(max=max_len) if longest + m - 1 > max_len else steps
-        lazy = m > 2 and self.scorer.projects_lazily(run.all_columns, run.host_reads, self.lazy_verify)
-        logits, hidden = self.verifier(run.cache, tokens, positions, project=None if lazy else slice(None))
+        _, hidden = self.verifier(run.cache, tokens, positions, project=None)  # the scorer projects (all, or chunks)
         cols = Columns(steps, max_len, min_step=run.iteration, first_max=longest)  # every row has >= iteration tokens
-        if lazy:  # project onto the vocabulary only up to the columns some row still needs
-            scored = self.scorer.until_rejected(hidden, cols, rows.score, draft.tokens, run.acceptance, run.host_reads)
-            hidden = hidden[:, : scored.top.size(1)]
-        else:
-            scored = self.scorer.all_columns(logits, cols, rows.score, draft.tokens, run.acceptance, run.host_reads)
+        scored = self.scorer.score(hidden, cols, rows.score, draft.tokens, run.acceptance, run.host_reads,
+                                   run.all_columns, self.lazy_verify)
         used = scored.top.size(1)  # the columns any row uses
+        hidden = hidden[:, :used]
         accepted, top = scored.accepted, scored.top
         if used == 1:  # a plain greedy step: one token per row, nothing to cut
             return Verdict(draft, top, scored.top_lprob, None, accepted, scored, hidden)

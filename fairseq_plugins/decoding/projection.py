@@ -164,13 +164,6 @@ class Product:
             self._choice = KernelChoice(kind=(tuple(w.shape), b is not None, self._transposed))
         self._key = key
 
-    @property
-    def wide_is_cheap(self) -> bool:
-        """Does a product of many rows cost little more than one?  Where the packed kernel is on hand
-        and no bucket of several rows timed the plain one faster (a bucket not yet timed counts as
-        cheap: the packed kernel's premise, checked at its first product)."""
-        return self._choice is not None and all(packed for b, packed in self._choice.picks.items() if b > 1)
-
     def _plain(self, x: Tensor) -> Tensor:
         if self._t is not None:
             return x @ self._t
@@ -292,10 +285,6 @@ class VocabProjection:
     def refresh(self):
         """Once per batch (the weight may have moved or changed since the last: :class:`WeightCheck`)."""
         self.check.refresh()
-
-    @property
-    def wide_is_cheap(self) -> bool:
-        return self.product is not None and self.product.wide_is_cheap
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.decoder.output_layer(x) if self.product is None else self.product(x)

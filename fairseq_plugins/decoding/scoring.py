@@ -4,8 +4,9 @@ and the acceptance rule (docs/METHODS.md §2, steps 2-3 of the engine).
 
 The verifier's token at every column is picked where fairseq's ``BeamSearch.step`` picks it: topk
 over the log-probs plus the running score before the column, so exact ties and ties made by adding
-the score break the same way.  On a CPU the columns are projected onto the vocabulary chunk by
-chunk until every row has rejected a draft token (:meth:`ColumnScorer.until_rejected`).
+the score break the same way.  On a CPU the columns may be projected onto the vocabulary chunk by
+chunk until every row has rejected a draft token (:meth:`ColumnScorer.until_rejected`), where the
+costs measured so far say that is cheaper than all at once (``column_schedule``).
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -15,8 +16,10 @@ import torch
 from torch import Tensor
 
 from fairseq_plugins.decoding.acceptance import AcceptanceRule
+from fairseq_plugins.decoding.column_schedule import ColumnSchedule, chunks
+from fairseq_plugins.decoding.iteration_cost import device_clock, host_reads_free
 from fairseq_plugins.decoding.logits_processors import LogitsProcessors, Steps
-from fairseq_plugins.decoding.iteration_cost import host_reads_free
+from fairseq_plugins.decoding.projection import Warmup
 
 
 @dataclass
@@ -51,21 +54,33 @@ class ColumnScorer:
     def __init__(self, verifier, processors: LogitsProcessors, temperature: float, vocab_size: int):
         self.verifier, self.processors = verifier, processors
         self.temperature, self.vocab_size = temperature, vocab_size
+        self.schedule = ColumnSchedule()
 
-    def projects_lazily(self, all_columns: bool, host_reads: bool, forced: Optional[bool] = None) -> bool:
-        """Project the verifier's columns onto the vocabulary chunk by chunk, stopping once every row
-        has rejected a draft token (``until_rejected``)?  Only where the host reads for free (a CPU) and a
-        product with the (V, d) output matrix costs about as much per row as rows are added (MKL's
-        GEMM: d=128, V=8K, 55 us for 1 row, 278 for 10): the columns after every row's first rejection
-        are never used and each chunk's host read is free there.  Not where a packed kernel makes wide
-        products cheap (``projection``: 104 us for 10 rows; projecting every column at once was 8%
-        faster over 300 typo sentences), not on a GPU, and not for drafters whose next draft is the
-        scored columns themselves (Jacobi: ``all_columns``).  ``forced``: True/False, whatever else."""
-        if all_columns:
-            return False
-        if forced is not None:
-            return forced
-        return host_reads and not self.verifier.wide_projection_is_cheap
+    def score(self, hidden: Tensor, cols: Columns, score: Tensor, draft: Tensor, acceptance: AcceptanceRule,
+              host_reads: bool, all_columns: bool = False, forced: Optional[bool] = None) -> Scored:
+        """The first columns any row uses of a call's hidden states ``(B, m, d)``, projected onto the
+        vocabulary all at once or chunk by chunk (:meth:`until_rejected`).  Chunks only where the host
+        reads for free (a CPU: each chunk's acceptance is read), not for drafters whose next draft is
+        the scored columns themselves (Jacobi: ``all_columns``), and where ``column_schedule`` prices
+        them cheaper; ``forced``: True/False, whatever the prices (its timings are not learnt)."""
+        rows, m = hidden.shape[:2]
+        learns = host_reads and forced is None and not all_columns and m > 2
+        if all_columns or m <= 2:
+            chunked = False
+        elif forced is not None:
+            chunked = forced
+        else:
+            chunked = learns and self.schedule.chunked(rows, m)
+        if chunked:
+            return self.until_rejected(hidden, cols, score, draft, acceptance, host_reads, learns)
+        clock, warmups = device_clock(hidden.device), Warmup.events
+        start = clock()
+        scored = self.all_columns(self.verifier.project(hidden), cols, score, draft, acceptance, host_reads)
+        if learns:
+            if Warmup.events == warmups:
+                self.schedule.timed_whole(rows, m, clock() - start)
+            self.schedule.accepted(rows, m - 1, int(scored.accepted.max()))
+        return scored
 
     def log_probs(self, logits: Tensor, cols: Columns) -> Tensor:
         """Log-probs with fairseq's temperature (on the logits) and its rules (the processors)."""
@@ -87,27 +102,34 @@ class ColumnScorer:
         return Scored(lprobs, top, top_lprob, self._accepted(acceptance, draft, lprobs, top), running)
 
     def until_rejected(self, hidden: Tensor, cols: Columns, score: Tensor, draft: Tensor,
-                       acceptance: AcceptanceRule, on_host: Optional[bool] = None) -> Scored:
-        """Score columns 0..1, then 2..3, 4..7, ... of the fed ``[last, d_1..d_{m-1}]`` until every row
-        has a rejected draft token among them (acceptance rules are prefix rules: a row's accepted
-        length is final once a column rejects).  Returns the first ``m'`` columns, ``m'`` = the
-        longest accepted prefix + 1 (the columns any row uses), which equal the full call's (each
-        column's log-probs depend on that column only; the running score only on earlier columns).
-        Each chunk but the last costs a host read (this path is for CPUs, where it is free)."""
-        m = hidden.size(1)
+                       acceptance: AcceptanceRule, on_host: Optional[bool] = None, learns: bool = False) -> Scored:
+        """Score the chunks of columns (``column_schedule.chunks``: 0..1, 2..3, 4..7, ...) of the fed
+        ``[last, d_1..d_{m-1}]`` until every row has a rejected draft token among them (acceptance
+        rules are prefix rules: a row's accepted length is final once a column rejects).  Returns the
+        first ``m'`` columns, ``m'`` = the longest accepted prefix + 1 (the columns any row uses),
+        which equal the full call's (each column's log-probs depend on that column only; the running
+        score only on earlier columns).  Each chunk but the last costs a host read (this path is for
+        CPUs, where it is free).  ``learns``: time each chunk for the schedule."""
+        rows, m = hidden.shape[:2]
+        clock = device_clock(hidden.device)
         parts = []
-        b, before = 0, score  # ``before``: the running score before column ``b``
-        while True:
-            a, b = b, min(m, max(2, 2 * b))
+        before = score  # the running score before the chunk
+        for a, b in chunks(m):
+            start, warmups = clock(), Warmup.events
             lp = self.log_probs(self.verifier.project(hidden[:, a:b]), cols.sub(a, b))
             running = running_scores(before, lp, draft[:, a:b], on_host)  # (B, b - a [+ 1: before column b])
             parts.append((lp, *self.top(lp, running[:, : b - a]), running[:, : b - a]))
             before = running[:, -1]
             lprobs, top, top_lp, run = (t[0] if len(parts) == 1 else torch.cat(t, dim=1) for t in zip(*parts))
             accepted = self._accepted(acceptance, draft[:, :b], lprobs, top)
+            used = m if b == m else int(accepted.max()) + 1  # the host read of this chunk
+            if learns:
+                if Warmup.events == warmups:
+                    self.schedule.timed_chunk(rows, b - a, clock() - start)
+                if used <= b:
+                    self.schedule.accepted(rows, m - 1, int(accepted.max()) if b == m else used - 1)
             if b == m:
                 return Scored(lprobs, top, top_lp, accepted, run)
-            used = int(accepted.max()) + 1  # the host read of this chunk
             if used <= b:  # every row rejected within the scored columns
                 return Scored(lprobs[:, :used], top[:, :used], top_lp[:, :used], accepted, run[:, :used])
 

@@ -55,9 +55,4 @@ class Verifier:
         """Logits of hidden states from ``__call__``: the decoder's output projection."""
         return self.step.output_layer(hidden)
 
-    @property
-    def wide_projection_is_cheap(self) -> bool:
-        """Does projecting many columns onto the vocabulary cost little more than one (``projection``)?"""
-        return self.step.vocab_projection.wide_is_cheap
-
     log_probs = staticmethod(DecoderStep.log_probs)

@@ -52,8 +52,7 @@ POINTS = [
 ENGINE_STEPS = [(f"engine: {name.strip('_').replace('_', ' ')}", "fairseq_plugins.decoding.engine:DraftVerifyGenerator", name)
                 for name in ("_verify", "_append", "_observe", "_count_drafts", "_propose", "_sync", "_learn",
                              "_drop_finished", "_next_call")] + [
-    ("scoring", "fairseq_plugins.decoding.scoring:ColumnScorer", "all_columns"),
-    ("scoring", "fairseq_plugins.decoding.scoring:ColumnScorer", "until_rejected"),
+    ("scoring", "fairseq_plugins.decoding.scoring:ColumnScorer", "score"),  # the projection onto the vocabulary too
 ]
 
 
