@@ -597,6 +597,9 @@ def test_calls_per_token_of_lossless_drafting_rows(tiny_corpus, tiny_model, tmp_
     assert iad["calls_per_token"] == round(iad["model_calls"] / engine["timed_tokens"], 4)
     # the widths the policy chose: a fixed width of 10 sends at most 10 slots, in the calls where IAD has a draft
     assert 1.0 <= iad["draft_width"] <= 10 and 0 < iad["drafted_share"] <= 1
+    # every accepted draft token was one of the slots of a drafted call (batch 1: a call is a row-call)
+    drafted_slots = iad["drafted_share"] * iad["model_calls"] * iad["draft_width"]
+    assert drafted_slots >= 0.98 * (iad["timed_tokens"] - iad["model_calls"])
     assert engine["draft_width"] is None and engine["drafted_share"] == 0.0  # the engine, no drafter
     assert by["fairseq greedy"]["draft_width"] is None and by["fairseq greedy"]["drafted_share"] is None
 
