@@ -48,22 +48,26 @@ def test_width_m_scores_m_columns_and_takes_the_plain_steps_calls(monkeypatch):
     torch.manual_seed(0)
     d, model, desc = vc.build_model("tiny", device)
     assert (desc["d"], desc["layers"], desc["vocab"]) == (128, 3, 8000)
-    calls = []
-    real = DecoderStep.__call__
+    calls = []  # (columns fed, columns projected onto the vocabulary) of each call
+    real_call, real_projection = DecoderStep.__call__, DecoderStep.output_layer
 
     def recording(self, cache, tokens, slots, project=slice(None)):
-        logits, hidden = real(self, cache, tokens, slots, project=project)
-        calls.append((tokens.size(1), None if logits is None else logits.size(1)))
-        return logits, hidden
+        calls.append([tokens.size(1), 0])
+        return real_call(self, cache, tokens, slots, project=project)
+
+    def projecting(self, hidden):
+        calls[-1][1] += hidden.size(1)
+        return real_projection(self, hidden)
 
     monkeypatch.setattr(DecoderStep, "__call__", recording)
+    monkeypatch.setattr(DecoderStep, "output_layer", projecting)
     sample = vc.random_sample(d, 3, device)
     stats = {}
     for width in (1, 4):
         gen = vc.engine(model, d, width, STEPS)
         calls.clear()
         hyps = gen.generate([model], sample)
-        assert calls == [(width, width)] * (STEPS + 1)
+        assert calls == [[width, width]] * (STEPS + 1)
         assert [len(h[0]["tokens"]) for h in hyps] == [STEPS + 1] * 3  # the length forced: STEPS tokens and EOS
         stats[width] = gen.stats
     assert stats[4]["model_calls"] == stats[1]["model_calls"] == STEPS + 1

@@ -29,6 +29,7 @@ The draft-and-verify engine (greedy, ``--drafter``)
 ``engine``      the loop: named steps over the state below (drafters and acceptance rules plug in)
 ``engine_state``  ``Rows``, ``Run``, ``Verdict``, ``Synced``: the state the steps share
 ``scoring``     the verifier's columns: the processors, its own token, the acceptance rule
+``column_schedule``  on a CPU, a call's columns projected chunk by chunk or all at once: priced per call
 ``acceptance``  exact / topk / min_block / gad_pp / all
 ``appending``   a verdict appended to the rows, cut at EOS and at max_len
 ``proposing``   when the drafter is asked and how wide its draft may be (the width policy's plan)
