@@ -128,32 +128,65 @@ def test_input_copy_keeps_copying_while_the_verifier_agrees_and_needs_unique_mat
     assert d.propose(out, n).tokens.tolist() == [[12, 13]]
     if on_host:  # the re-anchoring below is the tensor path's; the host path's is compared with it further down
         return
-    # a fresh row whose output ends with "10": ambiguous 1-gram, no copy; "11 10" 2-gram is unique
-    e = InputCopyDrafter(block_size=2, ngram=1)
-    e.begin(ctx([[10, 11, 10, 12, 13, EOS]], host_reads=False))
+    # a fresh row whose output ends with "10": ambiguous 1-gram, no copy (Alg. 1); "11 10" 2-gram is unique
     out2 = torch.full((1, 40), PAD)
     out2[0, :3] = torch.tensor([BOS, 11, 10])
+    e = InputCopyDrafter(block_size=2, ngram=1, anchor="unique")
+    e.begin(ctx([[10, 11, 10, 12, 13, EOS]], host_reads=False))
     assert e._rematch(out2, torch.tensor([2])).tolist() == [e.lost]  # no anchor
-    e = InputCopyDrafter(block_size=2, ngram=2)
+    e = InputCopyDrafter(block_size=2, ngram=2, anchor="unique")
     e.begin(ctx([[10, 11, 10, 12, 13, EOS]], host_reads=False))
     assert e._rematch(out2, torch.tensor([2])).tolist() == [3]  # x = [BOS, 10, 11, 10, ...]: index 3
+    # --copy-anchor next: the ambiguous "10" anchors at its first occurrence after the last copied position
+    e = InputCopyDrafter(block_size=2, ngram=1, anchor="next")
+    e.begin(ctx([[10, 11, 10, 12, 13, EOS]], host_reads=False))
+    e._prepare()
+    assert e._rematch(out2, torch.tensor([2])).tolist() == [1]  # nothing copied yet: the first "10"
+    e.reached = torch.tensor([2])  # x_1 x_2 = "10 11" copied
+    assert e._rematch(out2, torch.tensor([2])).tolist() == [3]
+    e.reached = torch.tensor([3])  # no "10" after x_3: no anchor
+    assert e._rematch(out2, torch.tensor([2])).tolist() == [e.lost]
 
 
-def _anchor_by_search(x, output, q):
+@ON_HOST
+@pytest.mark.parametrize("anchor", ["unique", "next"])
+def test_input_copy_after_an_edit_anchors_on_a_repeated_token_after_what_it_copied(on_host, anchor):
+    """x = 10 11 12 10 13 EOS: the output copies 10 11 12, inserts 20, then says 10 (which occurs
+    twice).  Alg. 1 (``unique``) has no anchor; ``next`` anchors at the 10 after the copied 12."""
+    d = InputCopyDrafter(block_size=3, ngram=2, anchor=anchor)
+    d.begin(ctx([[10, 11, 12, 10, 13, EOS]], host_reads=on_host))
+    out = torch.full((1, 40), PAD)
+    out[0, 0] = BOS
+    n = torch.zeros(1, dtype=torch.long)
+    draft = d.propose(out, n).tokens
+    assert draft.tolist() == [[10, 11, 12]]
+    n = step(d, out, n, draft, torch.tensor([[10, 11, 12, 20]]), torch.tensor([3]))  # all taken, then 20
+    draft = d.propose(out, n).tokens
+    assert draft.tolist() == [[PAD] * 3]  # "12 20", "20": nowhere in x
+    n = step(d, out, n, draft, torch.tensor([[10, 0, 0, 0]]), torch.tensor([0]))
+    want = [[13, EOS, PAD]] if anchor == "next" else [[PAD] * 3]
+    assert d.propose(out, n).tokens.tolist() == want
+
+
+def _anchor_by_search(x, output, q, anchor="unique", reached=0):
     """Alg. 1 line 3 by a plain search: the source index after the unique occurrence of the output's
-    last n-gram, for the longest n <= q that occurs at all (None if that one is not unique)."""
+    last n-gram, for the longest n <= q that occurs at all; where that one is not unique, None
+    (``unique``) or its first occurrence ending after ``reached`` (``next``)."""
     for n in range(min(q, len(output)), 0, -1):
         ends = [e for e in range(n, len(x) + 1) if x[e - n : e] == output[-n:]]
-        if ends:
-            return ends[0] if len(ends) == 1 else None  # x_1..x_e ends with it: the drafter's index e
+        if ends:  # x_1..x_e ends with it: the drafter's index e
+            if len(ends) == 1:
+                return ends[0]
+            return next((e for e in ends if e > reached), None) if anchor == "next" else None
     return None
 
 
+@pytest.mark.parametrize("anchor", ["unique", "next"])
 @pytest.mark.parametrize("q", [1, 2, 3])
-def test_input_copy_reanchoring_matches_a_plain_search(q):
-    """Random left-padded sources over a few symbols (many repeats) and random outputs: the batched
-    re-anchoring and the host's lookup find the index a per-row search finds, or no anchor where
-    the search finds none."""
+def test_input_copy_reanchoring_matches_a_plain_search(q, anchor):
+    """Random left-padded sources over a few symbols (many repeats), random outputs and copied
+    positions: the batched re-anchoring and the host's lookup find the index a per-row search finds,
+    or no anchor where the search finds none."""
     g = torch.Generator().manual_seed(q)
     for trial in range(150):
         bsz, slen = 3, int(torch.randint(2, 9, (1,), generator=g))
@@ -162,11 +195,13 @@ def test_input_copy_reanchoring_matches_a_plain_search(q):
         for b in range(bsz):  # fairseq's layout: left padding, EOS last
             src[b, : slen - lengths[b]] = PAD
             src[b, -1] = EOS
-        d, h = InputCopyDrafter(block_size=3, ngram=q), InputCopyDrafter(block_size=3, ngram=q)
+        d, h = (InputCopyDrafter(block_size=3, ngram=q, anchor=anchor) for _ in range(2))
         h.host_rows = bsz
         d.begin(ctx(src.tolist(), host_reads=False))
         h.begin(ctx(src.tolist(), host_reads=True))
-        h._prepare()  # (built when first drafted from)
+        d._prepare(), h._prepare()  # (built when first drafted from)
+        reached = [int(torch.randint(0, int(lengths[b]) + 1, (1,), generator=g)) for b in range(bsz)]
+        d.reached, h.host.reached = torch.tensor(reached), list(reached)
         out = torch.full((bsz, 20), PAD)
         out[:, 0] = BOS
         n_gen = torch.randint(0, 6, (bsz,), generator=g)
@@ -176,7 +211,7 @@ def test_input_copy_reanchoring_matches_a_plain_search(q):
         on_host = [h.host._rematch(b, tail, n[b]) for b, tail in enumerate(h.host._tails(out, n))]
         for b in range(bsz):
             x = [t for t in src[b].tolist() if t != PAD]  # x_1 .. x_n (EOS included); x_0 = BOS never matches
-            found = _anchor_by_search(x, out[b, 1 : 1 + int(n_gen[b])].tolist(), q)
+            found = _anchor_by_search(x, out[b, 1 : 1 + int(n_gen[b])].tolist(), q, anchor, reached[b])
             expected = d.lost if found is None else found
             assert got[b] == expected and on_host[b] == expected, (trial, b, x, out[b, : 1 + int(n_gen[b])].tolist())
 
@@ -209,6 +244,8 @@ def test_input_copy_builds_nothing_until_drafted_from_and_follows_rows_dropped_b
 def test_input_copy_option_checks_and_dictionary_mapping():
     with pytest.raises(ValueError, match="--copy-ngram"):
         InputCopyDrafter(block_size=3, ngram=4)
+    with pytest.raises(ValueError, match="--copy-anchor must be one of next, unique"):
+        InputCopyDrafter(block_size=3, ngram=2, anchor="first")
     from types import SimpleNamespace
 
     class Huge:  # a target vocabulary too large for the re-anchoring's n-gram integers
@@ -229,7 +266,7 @@ def test_input_copy_option_checks_and_dictionary_mapping():
     assert m[a.index("x")] == b.index("x") and m[a.index("y")] == b.index("y")
 
 
-def _random_run(on_host, seed, q, k=3):
+def _random_run(on_host, seed, q, k=3, anchor="next"):
     """A drafter through 12 calls of a random 'verifier' that follows the copy half the time, with
     plain steps and a dropped row in between; returns every draft (tokens, lengths)."""
     import random
@@ -241,7 +278,7 @@ def _random_run(on_host, seed, q, k=3):
         length = g.randint(1, slen)
         src[b, slen - length :] = torch.tensor([g.randint(10, 13) for _ in range(length)])
         src[b, -1] = EOS
-    d = InputCopyDrafter(block_size=k, ngram=q)
+    d = InputCopyDrafter(block_size=k, ngram=q, anchor=anchor)
     d.host_rows = bsz  # the host path for the whole batch (by default only for one row)
     d.begin(ctx(src.tolist(), max_len=30, width=60, host_reads=on_host))
     out = torch.full((bsz, 60), PAD)
@@ -266,12 +303,13 @@ def _random_run(on_host, seed, q, k=3):
     return drafts
 
 
+@pytest.mark.parametrize("anchor", ["unique", "next"])
 @pytest.mark.parametrize("q", [1, 2, 3])
-def test_input_copy_host_anchors_draft_what_the_tensor_path_drafts(q):
+def test_input_copy_host_anchors_draft_what_the_tensor_path_drafts(q, anchor):
     """The two ways of keeping IAD's anchors (tensors on the device, lists on a CPU's host) propose
     the same drafts through copies, bifurcations, plain steps, re-anchoring and dropped rows."""
     for seed in range(120):
-        assert _random_run(True, seed, q) == _random_run(False, seed, q), seed
+        assert _random_run(True, seed, q, anchor=anchor) == _random_run(False, seed, q, anchor=anchor), seed
 
 
 def test_input_copy_keeps_one_rows_anchors_on_a_cpus_host_and_a_batchs_in_tensors():

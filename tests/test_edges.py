@@ -40,6 +40,7 @@ def generate(data, checkpoint, *args):
 @pytest.mark.parametrize("args, message", [
     (["--drafter", "no_such_drafter"], "--drafter 'no_such_drafter' is unknown"),  # refused by the task
     (["--drafter", "input_copy", "--copy-ngram", "5"], "--copy-ngram must be 1, 2 or 3"),  # by the drafter
+    (["--drafter", "input_copy", "--copy-anchor", "first"], "--copy-anchor must be one of next, unique"),
 ])
 def test_a_refused_option_is_one_line_without_a_traceback(tiny_corpus, tiny_model, args, message):
     err = failed(generate(tiny_corpus / "bin", tiny_model, *args))

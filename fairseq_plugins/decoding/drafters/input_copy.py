@@ -11,8 +11,13 @@ Details, as Alg. 1 and the paper's implementation notes (§3.1.2):
 * ``x = ([BOS], x_1..x_n, [EOS], [PAD])``: decoding starts anchored at ``o_0 = x_0 = [BOS]``; the
   source's EOS is copied like any token and the PAD sentinel guarantees a bifurcation.
 * re-anchoring tries the output suffix of length ``q`` = ``--copy-ngram`` down to 1 and takes the
-  longest that occurs exactly once in ``x`` (choice: "the last 1..q-gram"; a longer n-gram
-  occurring several times makes every shorter one ambiguous too, so the search stops there);
+  longest that occurs in ``x`` at all (choice: "the last 1..q-gram"); Alg. 1 line 3 anchors only
+  where it occurs exactly once (``--copy-anchor unique``: a longer n-gram occurring several times
+  makes every shorter one ambiguous too, so the search stops there).  Where it occurs several times,
+  ``--copy-anchor next`` (the default; our choice beyond Alg. 1, lossless either way: only the draft
+  changes) anchors at its first occurrence ending after the last source position the output copied
+  (``reached``): the output follows the source monotonically between local edits, as in GEC
+  (the two side by side at base size: docs/RESULTS.md, "At base size");
 * while the verifier keeps agreeing with the copy (its token at the bifurcation is the source
   token too), the anchor just moves on without re-matching;
 * after plain steps (no draft verified: the draft-width policy found drafts not paying) the anchor
@@ -53,9 +58,15 @@ _SENTINEL = -2   # source-side value of the trailing PAD sentinel / padding for 
 _DIGIT, _BASE = 2, 1 << 20
 
 
+COPY_ANCHORS = ("next", "unique")
+
+
 @dataclass
 class InputCopyOptions:
     copy_ngram: int = field(default=2, metadata={"help": "IAD: q, n-gram used to re-anchor in the source"})
+    copy_anchor: str = field(default="next", metadata={
+        "help": "IAD: where the output's last n-gram occurs several times in the source, anchor at the first "
+                "occurrence after the last copied position (next) or not at all (unique: Alg. 1 as published)"})
 
 
 @DRAFTERS.register("input_copy", help="input-guided aggressive decoding, IAD (copies the source; --copy-ngram)",
@@ -66,11 +77,14 @@ class InputCopyDrafter(BlockDrafter):
     # 49 at 32); at one row it wins on any CPU, past that the crossover is the CPU's, so the choice stops at one
     host_rows = 1
 
-    def __init__(self, block_size: int, ngram: int, src_to_tgt=None):
+    def __init__(self, block_size: int, ngram: int, src_to_tgt=None, anchor: str = "next"):
         super().__init__(block_size)
         if not 1 <= ngram <= MAX_NGRAM:
             raise OptionError(f"--copy-ngram must be 1, 2 or 3 (got {ngram})")
+        if anchor not in COPY_ANCHORS:
+            raise OptionError(f"--copy-anchor must be one of {', '.join(COPY_ANCHORS)} (got {anchor!r})")
         self.q = ngram
+        self.next_anchor = anchor == "next"
         self.src_to_tgt = src_to_tgt  # LongTensor id map, or None when the dictionaries are one
         self.host: Optional[HostAnchors] = None  # the anchors on the host, where reads are free (_prepare)
 
@@ -79,7 +93,8 @@ class InputCopyDrafter(BlockDrafter):
         if len(task.target_dictionary) >= _BASE - _DIGIT:
             raise DrafterNotAvailableError(f"--drafter input_copy supports vocabularies of up to {_BASE - _DIGIT - 1:,} symbols "
                              f"(this one has {len(task.target_dictionary):,}); use --drafter jacobi_hgj instead")
-        return cls(block_size_of(cfg), cfg.copy_ngram, source_to_target_map(task.source_dictionary, task.target_dictionary))
+        return cls(block_size_of(cfg), cfg.copy_ngram, source_to_target_map(task.source_dictionary, task.target_dictionary),
+                   getattr(cfg, "copy_anchor", "next"))
 
     def begin(self, ctx):
         super().begin(ctx)
@@ -106,7 +121,7 @@ class InputCopyDrafter(BlockDrafter):
         bsz, slen = src.shape
         tail = self.block + 2
         if self.on_host:
-            self.host = HostAnchors(src, lengths, ctx, self.block, self.q, self.lost, slen + 2 + tail)
+            self.host = HostAnchors(src, lengths, ctx, self.block, self.q, self.lost, slen + 2 + tail, self.next_anchor)
             return
         # left-align every source (fairseq left-pads by default) behind a BOS slot:
         # x = [BOS, x_1 .. x_n, EOS, PAD, PAD ...], n + 1 = src_lengths (incl. EOS)
@@ -124,6 +139,8 @@ class InputCopyDrafter(BlockDrafter):
         match = torch.where(pos <= lengths.unsqueeze(1), match, torch.full_like(match, _SENTINEL))
         self.match = torch.cat([match, match.new_full((bsz, tail), _SENTINEL)], dim=1)
         self.anchor = torch.zeros(bsz, dtype=torch.long, device=src.device)  # o_0 = x_0 = BOS
+        self.reached = torch.zeros_like(self.anchor)  # the last source position the output copied (--copy-anchor next)
+        self.positions = torch.arange(self.match.size(1), device=src.device)
         self.slots = torch.arange(1, self.block + 1, device=src.device)
         self.back = torch.arange(self.q, device=src.device)  # _rematch: 0..q-1 tokens back
         self.powers = _BASE ** self.back
@@ -150,6 +167,7 @@ class InputCopyDrafter(BlockDrafter):
             return self.host.propose(out, n_gen, stale)
         if self.stale:  # plain steps since the last draft: anchor on the output's last q-gram
             self.anchor, self.stale = self._rematch(out, n_gen), False
+            self._reach(self.anchor)
         return Draft.of(self.x.gather(1, self.anchor.unsqueeze(1) + self.slots), self.ctx.pad)
 
     def observe(self, step: StepResult):
@@ -167,24 +185,37 @@ class InputCopyDrafter(BlockDrafter):
         # (in the tail, or from a lost anchor, the sentinel never matches)
         nxt = self.anchor + step.count
         same = self.match.gather(1, nxt.unsqueeze(1)) == last
+        self._reach(torch.where(self.anchor < self.lost, nxt - 1, self.reached))  # the last draft token taken
         self.anchor = torch.where(same.squeeze(1), nxt, self._rematch(step.out, n_after))
+        self._reach(self.anchor)
+
+    def _reach(self, copied: Tensor):
+        """``reached`` moves on to ``copied`` where that is a source position further on."""
+        self.reached = torch.where(copied < self.lost, torch.maximum(self.reached, copied), self.reached)
 
     def _rematch(self, out, n_gen):
-        """Source index ``i`` of the unique occurrence of the output's last n-gram (n = q..1), else
-        ``self.lost``.  The output's last n tokens, n = 1..q, as one integer each are compared with
-        every source n-gram's (``_ngram_table``); a hit's rank is 2n, plus 1 if that n-gram occurs
-        once in the source, so the highest rank is the longest n that occurs at all, and it is odd
-        exactly when that n-gram is unique (a longer n-gram occurring twice makes every shorter one
-        ambiguous too: the search stops there)."""
+        """Source index ``i`` of the unique occurrence of the output's last n-gram (n = q..1), or
+        (``--copy-anchor next``) of its first occurrence after ``reached``, else ``self.lost``.  The
+        output's last n tokens, n = 1..q, as one integer each are compared with every source
+        n-gram's (``_ngram_table``); a hit's rank is 2n, plus 1 if that n-gram occurs once in the
+        source, so the highest rank is the longest n that occurs at all, and it is odd exactly when
+        that n-gram is unique (a longer n-gram occurring twice makes every shorter one ambiguous
+        too: the search stops there)."""
         if not self.prepared:
             self._prepare()
         suffix = out.gather(1, (n_gen.unsqueeze(1) - self.back).clamp(min=0))  # (B, q): last token, the one before...
         key = ((suffix + _DIGIT) * self.powers).cumsum(dim=1)                  # (B, q): the last n tokens, n = 1..q
         # an n-gram needs n_gen >= n (out[:, 0] is fairseq's start symbol, EOS, which the source holds too)
         key = key.masked_fill(n_gen.unsqueeze(1) <= self.back, -1)
-        rank = torch.where(self.keys == key.unsqueeze(2), self.rank, 0)        # (B, q, W)
-        best, at = rank.flatten(1).max(dim=1)
-        return torch.where(best.remainder(2) == 1, at.remainder(self.keys.size(2)), self.lost)
+        hits = self.keys == key.unsqueeze(2)                                   # (B, q, W)
+        best, at = torch.where(hits, self.rank, 0).flatten(1).max(dim=1)
+        unique = torch.where(best.remainder(2) == 1, at.remainder(self.keys.size(2)), self.lost)
+        if not self.next_anchor:
+            return unique
+        # the longest n's hits after ``reached``: its first one (argmax: the first of the maxima)
+        longest = (best // 2 - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, hits.size(2))
+        after = hits.gather(1, longest).squeeze(1) & (self.positions > self.reached.unsqueeze(1)) & (best > 0).unsqueeze(1)
+        return torch.where(best.remainder(2) == 1, unique, torch.where(after.any(1), after.int().argmax(1), self.lost))
 
     def select_rows(self, rows):
         if not self.prepared:
@@ -196,6 +227,7 @@ class InputCopyDrafter(BlockDrafter):
         self.x = self.x.index_select(0, rows)
         self.match = self.match.index_select(0, rows)
         self.anchor = self.anchor.index_select(0, rows)
+        self.reached = self.reached.index_select(0, rows)
         self.keys, self.rank = self.keys.index_select(0, rows), self.rank.index_select(0, rows)
 
 
@@ -205,10 +237,12 @@ class HostAnchors:
 
     Per row: ``x`` = ``[BOS, x_1..x_n, EOS, PAD...]`` as a list (the tensor path's layout, its
     PAD tail included, so an anchor's slice never runs off the end), and ``ngrams``: every n-gram of
-    ``x_1..`` (n = 1..q) -> the index of its last token, or None where it occurs more than once."""
+    ``x_1..`` (n = 1..q) -> the indices of its last token, in order."""
 
-    def __init__(self, src: Tensor, lengths: Tensor, ctx, block: int, q: int, lost: int, width: int):
+    def __init__(self, src: Tensor, lengths: Tensor, ctx, block: int, q: int, lost: int, width: int,
+                 next_anchor: bool = True):
         self.block, self.q, self.lost, self.pad = block, q, lost, ctx.pad
+        self.next_anchor = next_anchor
         self.device = src.device
         self.x, self.ngrams = [], []
         self.real = lengths.tolist()  # x_1..x_n and EOS
@@ -218,10 +252,10 @@ class HostAnchors:
             table = {}
             for e in range(1, len(x)):
                 for n in range(1, min(q, e) + 1):
-                    key = tuple(x[e - n + 1 : e + 1])
-                    table[key] = None if key in table else e
+                    table.setdefault(tuple(x[e - n + 1 : e + 1]), []).append(e)
             self.ngrams.append(table)
         self.anchor = [0] * len(self.x)  # o_0 = x_0 = BOS
+        self.reached = [0] * len(self.x)  # the last source position the output copied (--copy-anchor next)
 
     def _tails(self, out: Tensor, n: List[int]) -> List[List[int]]:
         """Each row's last ``q`` output tokens (oldest first; clamped at ``out[:, 0]`` for short rows)."""
@@ -230,18 +264,28 @@ class HostAnchors:
 
     def _rematch(self, b: int, tail: List[int], n: int) -> int:
         """The source index of the unique occurrence of the output's last n-gram, for the longest
-        n <= q that occurs at all (as the tensor path's ranks), else the lost anchor."""
+        n <= q that occurs at all (as the tensor path's ranks), or (``--copy-anchor next``) of its
+        first occurrence after ``reached``, else the lost anchor."""
         for m in range(min(self.q, n), 0, -1):
-            key = tuple(tail[self.q - m :])
-            if key in self.ngrams[b]:
-                at = self.ngrams[b][key]
-                return self.lost if at is None else at
+            ends = self.ngrams[b].get(tuple(tail[self.q - m :]))
+            if ends:
+                if len(ends) == 1:
+                    return ends[0]
+                if self.next_anchor:
+                    return next((e for e in ends if e > self.reached[b]), self.lost)
+                return self.lost
         return self.lost
+
+    def _reach(self, b: int, copied: int):
+        if copied < self.lost:
+            self.reached[b] = max(self.reached[b], copied)
 
     def propose(self, out: Tensor, n_gen: Tensor, stale: bool) -> Draft:
         if stale:  # plain steps since the last draft: anchor on the output's last q-gram
             n = n_gen.tolist()
             self.anchor = [self._rematch(b, tail, k) for b, (tail, k) in enumerate(zip(self._tails(out, n), n))]
+            for b, a in enumerate(self.anchor):
+                self._reach(b, a)
         tokens, lengths = [], []
         for x, a in zip(self.x, self.anchor):
             draft = x[a + 1 : a + 1 + self.block]
@@ -255,10 +299,13 @@ class HostAnchors:
             # still on the copy: the verifier's token after the accepted copy is the next source token
             nxt = self.anchor[b] + count[b]
             same = 1 <= nxt <= self.real[b] and self.x[b][nxt] == tail[-1]
+            if self.anchor[b] < self.lost:
+                self._reach(b, nxt - 1)  # the last draft token taken
             self.anchor[b] = nxt if same else self._rematch(b, tail, n_after[b])
+            self._reach(b, self.anchor[b])
 
     def select_rows(self, rows: Tensor):
         keep = rows.tolist()
-        self.x, self.ngrams, self.real, self.anchor = (
-            [values[i] for i in keep] for values in (self.x, self.ngrams, self.real, self.anchor))
+        self.x, self.ngrams, self.real, self.anchor, self.reached = (
+            [values[i] for i in keep] for values in (self.x, self.ngrams, self.real, self.anchor, self.reached))
 
