@@ -2,7 +2,9 @@
 test sentence, batch 1 and 8 with mixed lengths), KV-cache cut-back, edge cases, clear errors, and
 one end-to-end fairseq-generate run."""
 import copy
+import dataclasses
 import math
+import time
 
 import pytest
 import torch
@@ -205,20 +207,20 @@ def test_scoring_until_every_row_rejected_changes_nothing(setup, acceptance):
 
 def _burn(seconds):
     """Spend ``seconds`` of this process's CPU time (the engine's CPU clock counts no sleep)."""
-    import time
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
 
 
 def _spy_choices(gen):
-    """The scorer's choices, counted: {"chunked": n, "all": n}."""
+    """The scorer's choices, counted: {True: calls chunked, False: calls scored all at once}."""
     calls = {True: 0, False: 0}
     choose = gen.scorer.schedule.chunked
 
     def chunked(rows, m):
-        calls[choose(rows, m)] += 1
-        return choose(rows, m)
+        choice = choose(rows, m)
+        calls[choice] += 1
+        return choice
 
     gen.scorer.schedule.chunked = chunked
     return calls
@@ -227,7 +229,6 @@ def _spy_choices(gen):
 def _copying_the_answer(gen, batches, refs):
     """IAD copies fairseq's greedy output instead of the source (as in GEC, where most of the output is
     the input): drafts are accepted far into the call."""
-    import dataclasses
     answers = {tuple(b["net_input"]["src_tokens"][0].tolist()): refs[int(b["id"][0])]["tokens"] for b in batches}
     begin = gen.drafter.begin
 
